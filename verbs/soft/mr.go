@@ -1,0 +1,139 @@
+package soft
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// region is a registered memory region. Its key serves as both lkey and
+// rkey: the low 16 bits index the context's region table, the high 16 bits
+// are random, so a stale or guessed key misses.
+type region struct {
+	pd     *pd
+	base   unsafe.Pointer // first byte; keeps Go-heap memory alive
+	addr   uint64         // uint64(uintptr(base))
+	length uint64
+	key    uint32
+	access verbs.Access
+	// inUse is held for reading by every responder access and for writing
+	// by Dereg, so memory is never unmapped under an in-flight request.
+	inUse sync.RWMutex
+	dead  bool // set by Dereg under inUse
+}
+
+func (r *region) Addr() uint64         { return r.addr }
+func (r *region) Len() int             { return int(r.length) }
+func (r *region) LKey() uint32         { return r.key }
+func (r *region) RKey() uint32         { return r.key }
+func (r *region) Access() verbs.Access { return r.access }
+
+func (r *region) Dereg() error {
+	r.inUse.Lock()
+	if r.dead {
+		r.inUse.Unlock()
+		return fmt.Errorf("%w: region already deregistered", verbs.ErrClosed)
+	}
+	r.dead = true
+	r.inUse.Unlock()
+	r.pd.ctx.regions.remove(r)
+	return nil
+}
+
+// slice returns the bytes [addr, addr+n) if they lie inside the region.
+func (r *region) slice(addr uint64, n uint64) ([]byte, bool) {
+	if addr < r.addr || n > r.length || addr-r.addr > r.length-n {
+		return nil, false
+	}
+	if n == 0 {
+		return nil, true
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(r.base, addr-r.addr)), n), true
+}
+
+// word returns the 8-byte word at addr, which must be aligned and inside.
+func (r *region) word(addr uint64) (*uint64, bool) {
+	if addr%8 != 0 {
+		return nil, false
+	}
+	if _, ok := r.slice(addr, 8); !ok {
+		return nil, false
+	}
+	return (*uint64)(unsafe.Add(r.base, addr-r.addr)), true
+}
+
+// regionTable maps keys to regions. Lookups on the data path are lock-free
+// (an atomic load of an immutable slice); registration copies on write.
+type regionTable struct {
+	mu    sync.Mutex
+	table atomic.Pointer[[]*region]
+}
+
+const maxRegions = 1 << 16
+
+func (t *regionTable) add(r *region) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var old []*region
+	if p := t.table.Load(); p != nil {
+		old = *p
+	}
+	idx := -1
+	for i := 1; i < len(old); i++ { // index 0 is never used: key 0 is invalid
+		if old[i] == nil {
+			idx = i
+			break
+		}
+	}
+	n := len(old)
+	if idx < 0 {
+		if n == 0 {
+			n = 1
+		}
+		if n >= maxRegions {
+			return fmt.Errorf("%w: more than %d regions", verbs.ErrInvalid, maxRegions-1)
+		}
+		idx = n
+		n++
+	}
+	next := make([]*region, n)
+	copy(next, old)
+	var rnd [2]byte
+	rand.Read(rnd[:])
+	r.key = uint32(binary.LittleEndian.Uint16(rnd[:]))<<16 | uint32(idx)
+	next[idx] = r
+	t.table.Store(&next)
+	return nil
+}
+
+func (t *regionTable) remove(r *region) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.table.Load()
+	next := make([]*region, len(old))
+	copy(next, old)
+	next[r.key&0xffff] = nil
+	t.table.Store(&next)
+}
+
+// lookup finds the live region with this key, or nil.
+func (t *regionTable) lookup(key uint32) *region {
+	p := t.table.Load()
+	if p == nil {
+		return nil
+	}
+	idx := int(key & 0xffff)
+	if idx >= len(*p) {
+		return nil
+	}
+	r := (*p)[idx]
+	if r == nil || r.key != key {
+		return nil
+	}
+	return r
+}

@@ -1,0 +1,340 @@
+package soft
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// serve is the connection's reader goroutine: the NIC's receive engine. It
+// executes the peer's requests against registered memory and completes
+// this side's requests from the peer's responses.
+func (q *qp) serve(br *bufio.Reader) {
+	defer q.finished.Done()
+	defer func() {
+		q.mu.Lock()
+		q.flushLocked()
+		q.mu.Unlock()
+	}()
+	var (
+		hb [hdrLen]byte
+		f  frame
+	)
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			q.fail(verbs.StatusTransport, fmt.Errorf("connection lost: %w", err))
+			return
+		}
+		if err := f.decode(&hb); err != nil {
+			q.fail(verbs.StatusTransport, err)
+			return
+		}
+		var err error
+		acquire()
+		if f.kind < kRespAck {
+			err = q.execute(br, &f)
+		} else {
+			err = q.complete(br, &f)
+		}
+
+		if err != nil {
+			q.fail(verbs.StatusTransport, err)
+			return
+		}
+	}
+}
+
+// target finds the region a request addresses and checks key, protection
+// domain, access and bounds, as the NIC does. On success the region is
+// held (inUse.RLock) and the caller must release it.
+func (q *qp) target(f *frame, need verbs.Access) (*region, []byte, verbs.Status) {
+	r := q.ctx.regions.lookup(f.rkey)
+	if r == nil || r.pd != q.pd || r.access&need != need {
+		return nil, nil, verbs.StatusRemoteAccess
+	}
+	r.inUse.RLock()
+	if r.dead {
+		r.inUse.RUnlock()
+		return nil, nil, verbs.StatusRemoteAccess
+	}
+	b, ok := r.slice(f.addr, uint64(f.len))
+	if !ok {
+		r.inUse.RUnlock()
+		return nil, nil, verbs.StatusRemoteAccess
+	}
+	return r, b, verbs.StatusSuccess
+}
+
+// execute runs one request from the peer.
+func (q *qp) execute(br *bufio.Reader, f *frame) error {
+	if q.nakSent.Load() {
+		// After a NAK the peer's queue pair is in error: nothing more it
+		// sent is executed, only drained.
+		if f.hasPayload() {
+			_, err := br.Discard(int(f.len))
+			return err
+		}
+		return nil
+	}
+	switch f.kind {
+	case kReqWrite, kReqWriteImm:
+		var (
+			r  *region
+			b  []byte
+			st = verbs.StatusSuccess
+		)
+		if f.len > 0 { // zero-length writes touch no memory and check no key, as on hardware
+			r, b, st = q.target(f, verbs.AccessRemoteWrite)
+		}
+		if st != verbs.StatusSuccess {
+			return q.nak(br, f, st)
+		}
+		_, err := io.ReadFull(br, b)
+		if r != nil {
+			r.inUse.RUnlock()
+		}
+		if err != nil {
+			return err
+		}
+		if f.kind == kReqWriteImm {
+			if !q.deliver(nil, f, verbs.OpRecvImm) {
+				return q.nak(nil, f, verbs.StatusRNR)
+			}
+		}
+	case kReqSend:
+		if !q.deliver(br, f, verbs.OpRecv) {
+			return q.nak(br, f, verbs.StatusRNR)
+		}
+	case kReqRead:
+		r, b, st := q.target(f, verbs.AccessRemoteRead)
+		if st != verbs.StatusSuccess {
+			return q.nak(nil, f, st)
+		}
+		q.respond(response{f: frame{kind: kRespRead, seq: f.seq, len: f.len}, data: b, reg: r})
+		return nil
+	case kReqFAA, kReqCAS:
+		r, _, st := q.target(f, verbs.AccessRemoteAtomic)
+		if st != verbs.StatusSuccess || f.addr%8 != 0 {
+			if r != nil {
+				r.inUse.RUnlock()
+			}
+			if st == verbs.StatusSuccess {
+				st = verbs.StatusRemoteOp
+			}
+			return q.nak(nil, f, st)
+		}
+		w, _ := r.word(f.addr)
+		var old uint64
+		if f.kind == kReqFAA {
+			old = atomic.AddUint64(w, f.arg0) - f.arg0
+		} else {
+			for {
+				old = atomic.LoadUint64(w)
+				if old != f.arg0 || atomic.CompareAndSwapUint64(w, old, f.arg1) {
+					break
+				}
+			}
+		}
+		r.inUse.RUnlock()
+		q.respond(response{f: frame{kind: kRespAtomic, seq: f.seq, arg0: old}})
+		return nil
+	}
+	if f.flags&flagAck != 0 {
+		q.respond(response{f: frame{kind: kRespAck, seq: f.seq}})
+	}
+	return nil
+}
+
+// deliver consumes the oldest posted receive for a send (payload read from
+// br into its buffers) or a write with immediate (br nil), and completes it
+// on the receive CQ. It returns false if no receive was posted or the
+// payload does not fit (receiver not ready / length error).
+func (q *qp) deliver(br *bufio.Reader, f *frame, op verbs.Opcode) bool {
+	q.mu.Lock()
+	if q.rn == 0 {
+		q.mu.Unlock()
+		return false
+	}
+	e := q.recvs[q.rhead]
+	q.recvs[q.rhead] = recvEntry{}
+	q.rhead = (q.rhead + 1) % len(q.recvs)
+	q.rn--
+	q.mu.Unlock()
+	wc := verbs.WC{ID: e.id, Op: op, QPN: q.num, ByteLen: f.len}
+	if op == verbs.OpRecvImm {
+		wc.Imm, wc.HasImm = f.imm, true
+	}
+	if br != nil {
+		left := int(f.len)
+		for i := 0; i < e.nseg && left > 0; i++ {
+			n := min(left, len(e.seg[i]))
+			if _, err := io.ReadFull(br, e.seg[i][:n]); err != nil {
+				return true // the connection is gone; serve reports it
+			}
+			left -= n
+		}
+		if left > 0 {
+			br.Discard(left)
+			wc.Status = verbs.StatusLocalError
+		}
+	}
+	release()
+	q.recvCQ.push(wc)
+	return true
+}
+
+// nak refuses a request: its payload (if any) is drained unread into
+// memory, the requester is told why, and nothing more from it runs.
+func (q *qp) nak(br *bufio.Reader, f *frame, st verbs.Status) error {
+	if br != nil && f.hasPayload() {
+		if _, err := br.Discard(int(f.len)); err != nil {
+			return err
+		}
+	}
+	q.nakSent.Store(true)
+	q.respond(response{f: frame{kind: kRespNak, seq: f.seq, status: uint8(st)}})
+	return nil
+}
+
+// respond queues a response for the writer goroutine. What the responder
+// did to memory is released first, so that it happens before the
+// requester's completion.
+func (q *qp) respond(r response) {
+	release()
+	select {
+	case q.respCh <- r:
+	case <-q.done:
+		if r.reg != nil {
+			r.reg.inUse.RUnlock()
+		}
+	}
+}
+
+// writeResponses sends queued responses, batching those already queued
+// into one gather write.
+func (q *qp) writeResponses() {
+	defer q.finished.Done()
+	const batch = 16
+	var (
+		hdrs [batch][hdrLen]byte
+		bufs [2 * batch][]byte
+		regs [batch]*region
+		nb   net.Buffers
+	)
+	release := func(n int) {
+		for i := 0; i < n; i++ {
+			if regs[i] != nil {
+				regs[i].inUse.RUnlock()
+				regs[i] = nil
+			}
+		}
+	}
+	for {
+		var r response
+		select {
+		case r = <-q.respCh:
+		case <-q.done:
+			for {
+				select {
+				case r := <-q.respCh:
+					if r.reg != nil {
+						r.reg.inUse.RUnlock()
+					}
+				default:
+					return
+				}
+			}
+		}
+		n, nbuf := 0, 0
+		for {
+			r.f.encode(&hdrs[n])
+			bufs[nbuf] = hdrs[n][:]
+			nbuf++
+			if len(r.data) > 0 {
+				bufs[nbuf] = r.data
+				nbuf++
+			}
+			regs[n] = r.reg
+			n++
+			if n == batch {
+				break
+			}
+			select {
+			case r = <-q.respCh:
+				continue
+			default:
+			}
+			break
+		}
+		nb = bufs[:nbuf]
+		_, err := nb.WriteTo(q.conn)
+		for i := range bufs[:nbuf] {
+			bufs[i] = nil
+		}
+		release(n)
+		if err != nil {
+			q.fail(verbs.StatusTransport, fmt.Errorf("send response: %w", err))
+		}
+	}
+}
+
+// complete handles a response to one of this side's requests. Responses
+// arrive in request order; a response for seq completes every earlier
+// request too (they were unsignaled writes that needed no answer).
+func (q *qp) complete(br *bufio.Reader, f *frame) error {
+	q.mu.Lock()
+	for q.pn > 0 && q.pend[q.phead].seq < f.seq {
+		q.completeHead(verbs.StatusSuccess)
+	}
+	if q.pn == 0 || q.pend[q.phead].seq != f.seq {
+		q.mu.Unlock()
+		return fmt.Errorf("%w: response for unknown request %d", errFrame, f.seq)
+	}
+	p := &q.pend[q.phead]
+	switch f.kind {
+	case kRespAck:
+		if p.op != verbs.OpWrite && p.op != verbs.OpWriteImm && p.op != verbs.OpSend {
+			q.mu.Unlock()
+			return fmt.Errorf("%w: ack for a %v", errFrame, p.op)
+		}
+		q.completeHead(verbs.StatusSuccess)
+	case kRespAtomic:
+		if p.op != verbs.OpFetchAdd && p.op != verbs.OpCompareSwap {
+			q.mu.Unlock()
+			return fmt.Errorf("%w: atomic response for a %v", errFrame, p.op)
+		}
+		b := p.seg[0]
+		b[0], b[1], b[2], b[3] = byte(f.arg0), byte(f.arg0>>8), byte(f.arg0>>16), byte(f.arg0>>24)
+		b[4], b[5], b[6], b[7] = byte(f.arg0>>32), byte(f.arg0>>40), byte(f.arg0>>48), byte(f.arg0>>56)
+		q.completeHead(verbs.StatusSuccess)
+	case kRespNak:
+		q.mu.Unlock()
+		q.fail(verbs.Status(f.status), fmt.Errorf("peer refused request %d: %v", f.seq, verbs.Status(f.status)))
+		return nil
+	case kRespRead:
+		if p.op != verbs.OpRead || p.length != f.len {
+			q.mu.Unlock()
+			return fmt.Errorf("%w: read response of %d bytes for a %v of %d", errFrame, f.len, p.op, p.length)
+		}
+		// Receive the payload without holding the lock. The entry stays
+		// at the head, its regions held: only this goroutine completes or
+		// flushes entries while it runs.
+		segs := p.seg
+		nseg := p.nseg
+		q.mu.Unlock()
+		for i := 0; i < nseg; i++ {
+			if _, err := io.ReadFull(br, segs[i]); err != nil {
+				return err
+			}
+		}
+		q.mu.Lock()
+		q.completeHead(verbs.StatusSuccess)
+	}
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	return nil
+}

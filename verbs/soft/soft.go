@@ -1,0 +1,245 @@
+// Package soft is rmago's software RDMA provider: the verbs contract over
+// TCP, in pure Go, the embedded default when no RDMA device exists.
+//
+// Each connected queue pair owns one persistent TCP connection to its peer.
+// A reader goroutine per connection plays the NIC: for every request it
+// checks the rkey, the access flags and that [addr, addr+len) lies inside the
+// registered region, then applies writes (read from the socket straight into
+// the registered memory), reads and 8-byte atomics (sync/atomic on the
+// target word), so the target program never has to call anything. A
+// violation completes the origin's request with a remote access error,
+// leaves the target memory untouched and tears the connection down, as an
+// RC queue pair goes to the error state.
+//
+// Connections are authenticated with the job's secret (internal/auth) before
+// any request is served. Import the package for its side effect:
+//
+//	import _ "github.com/rmago/rmago/verbs/soft"
+package soft
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// Name is the name the provider registers under.
+const Name = "soft"
+
+func init() { verbs.Register(Name, provider{}) }
+
+type provider struct{}
+
+func deviceAttr() verbs.DeviceAttr {
+	return verbs.DeviceAttr{
+		Name: "soft0", Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
+		MaxSGE: maxSGE, MaxInline: 0, AtomicCap: verbs.AtomicHCA, MTU: 1 << 20,
+		LinkLayer: "TCP", PortActive: true,
+	}
+}
+
+// Devices always lists the one software device.
+func (provider) Devices() ([]verbs.DeviceAttr, error) {
+	return []verbs.DeviceAttr{deviceAttr()}, nil
+}
+
+// Open starts the device: a TCP listener on cfg.Addr (default 127.0.0.1)
+// that accepts authenticated queue pair connections.
+func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
+	if device != "" && device != "soft0" {
+		return nil, fmt.Errorf("%w: soft has only device soft0, not %q", verbs.ErrNoDevice, device)
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, fmt.Errorf("%w: soft provider needs the job secret", verbs.ErrInvalid)
+	}
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("soft: listen on %s: %w", addr, err)
+	}
+	c := &context{
+		ln:      ln,
+		secret:  append([]byte(nil), cfg.Secret...),
+		qps:     map[uint32]*qp{},
+		waiting: map[uint32]net.Conn{},
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	c.nextQPN.Store(binary.LittleEndian.Uint32(b[:]) & 0x7fff00)
+	c.wg.Add(1)
+	go c.acceptLoop()
+	return c, nil
+}
+
+// context is the open soft device.
+type context struct {
+	ln      net.Listener
+	secret  []byte
+	regions regionTable
+	nextQPN atomic.Uint32
+
+	mu      sync.Mutex
+	qps     map[uint32]*qp      // by number
+	waiting map[uint32]net.Conn // authenticated connections for QPs not yet created or connected
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+func (c *context) Attr() verbs.DeviceAttr { return deviceAttr() }
+
+func (c *context) AllocPD() (verbs.PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, verbs.ErrClosed
+	}
+	return &pd{ctx: c}, nil
+}
+
+func (c *context) CreateCQ(depth int) (verbs.CQ, error) {
+	if depth <= 0 {
+		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalid, depth)
+	}
+	return &cq{ring: make([]verbs.WC, depth), notify: make(chan struct{}, 1)}, nil
+}
+
+func (c *context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	c.closed = true
+	qps := make([]*qp, 0, len(c.qps))
+	for _, q := range c.qps {
+		qps = append(qps, q)
+	}
+	for _, conn := range c.waiting {
+		conn.Close()
+	}
+	c.mu.Unlock()
+	err := c.ln.Close()
+	for _, q := range qps {
+		q.Close()
+	}
+	c.wg.Wait()
+	return err
+}
+
+// pd is a protection domain: regions and queue pairs of one pd work together.
+type pd struct{ ctx *context }
+
+func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalid)
+	}
+	if access&^verbs.AccessAll != 0 {
+		return nil, fmt.Errorf("%w: access flags %#x", verbs.ErrInvalid, access)
+	}
+	if (access&verbs.AccessRemoteWrite != 0 || access&verbs.AccessRemoteAtomic != 0) && access&verbs.AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("%w: remote write or atomic access needs local write", verbs.ErrInvalid)
+	}
+	base := unsafe.Pointer(unsafe.SliceData(buf))
+	r := &region{pd: p, base: base, addr: uint64(uintptr(base)), length: uint64(len(buf)), access: access}
+	if err := p.ctx.regions.add(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (p *pd) Close() error { return nil }
+
+// cq is a completion queue: a ring filled by the queue pairs' reader
+// goroutines and drained by Poll and Wait.
+type cq struct {
+	mu      sync.Mutex
+	ring    []verbs.WC
+	head, n int
+	overrun bool
+	closed  bool
+	notify  chan struct{} // a token when entries were added
+	timer   *time.Timer   // reused by Wait with a deadline
+}
+
+// push adds a completion. A full CQ is an overrun, as on hardware: the
+// entry is lost and the next Poll reports the error.
+func (q *cq) push(wc verbs.WC) {
+	q.mu.Lock()
+	if q.n == len(q.ring) {
+		q.overrun = true
+	} else {
+		q.ring[(q.head+q.n)%len(q.ring)] = wc
+		q.n++
+	}
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *cq) Poll(wc []verbs.WC) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.overrun {
+		return 0, fmt.Errorf("%w: completion queue overrun", verbs.ErrQueueFull)
+	}
+	if q.closed {
+		return 0, verbs.ErrClosed
+	}
+	k := 0
+	for k < len(wc) && q.n > 0 {
+		wc[k] = q.ring[q.head]
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+		k++
+	}
+	return k, nil
+}
+
+func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
+	for {
+		if n, err := q.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		if deadline.IsZero() {
+			<-q.notify
+			continue
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			return 0, verbs.ErrTimeout
+		}
+		if q.timer == nil {
+			q.timer = time.NewTimer(d)
+		} else {
+			q.timer.Reset(d)
+		}
+		select {
+		case <-q.notify:
+			q.timer.Stop()
+		case <-q.timer.C:
+		}
+	}
+}
+
+func (q *cq) Close() error {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}

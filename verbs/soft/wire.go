@@ -1,0 +1,132 @@
+package soft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Wire format. Every frame on a queue pair's TCP connection is a fixed
+// 48-byte little-endian header, followed by Len payload bytes for the kinds
+// that carry data (write, write-imm, send requests; read responses).
+//
+//	off size field
+//	  0    1 kind      frame kind (below)
+//	  1    1 status    responses: a verbs.Status; requests: 0
+//	  2    1 flags     requests: bit 0 asks for an acknowledgement
+//	  3    1 reserved  must be 0
+//	  4    4 len       payload length (read requests: bytes asked for)
+//	  8    8 seq       requester's sequence number (responses echo it)
+//	 16    8 addr      remote virtual address
+//	 24    4 rkey      remote key
+//	 28    4 imm       immediate data
+//	 32    8 arg0      fetch-add addend / compare-swap compare; atomic responses: the old value
+//	 40    8 arg1      compare-swap swap value
+const hdrLen = 48
+
+// maxPayload bounds one frame's payload; larger requests are rejected.
+const maxPayload = 1 << 30
+
+// Frame kinds.
+const (
+	kReqWrite    = 1
+	kReqWriteImm = 2
+	kReqRead     = 3
+	kReqFAA      = 4
+	kReqCAS      = 5
+	kReqSend     = 6
+	kRespAck     = 16 // cumulative: completes every request up to seq
+	kRespRead    = 17 // read data follows
+	kRespAtomic  = 18 // arg0 holds the old value
+	kRespNak     = 19 // status says why; the connection is torn down after it
+)
+
+// flagAck asks the responder to acknowledge a write or send.
+const flagAck = 1
+
+// frame is a decoded header.
+type frame struct {
+	kind   uint8
+	status uint8
+	flags  uint8
+	len    uint32
+	seq    uint64
+	addr   uint64
+	rkey   uint32
+	imm    uint32
+	arg0   uint64
+	arg1   uint64
+}
+
+var errFrame = errors.New("soft: malformed frame")
+
+func (f *frame) encode(b *[hdrLen]byte) {
+	b[0] = f.kind
+	b[1] = f.status
+	b[2], b[3] = f.flags, 0
+	binary.LittleEndian.PutUint32(b[4:], f.len)
+	binary.LittleEndian.PutUint64(b[8:], f.seq)
+	binary.LittleEndian.PutUint64(b[16:], f.addr)
+	binary.LittleEndian.PutUint32(b[24:], f.rkey)
+	binary.LittleEndian.PutUint32(b[28:], f.imm)
+	binary.LittleEndian.PutUint64(b[32:], f.arg0)
+	binary.LittleEndian.PutUint64(b[40:], f.arg1)
+}
+
+// decode parses and validates a header. A frame it rejects means the peer
+// is broken or hostile: the caller drops the connection.
+func (f *frame) decode(b *[hdrLen]byte) error {
+	f.kind = b[0]
+	f.status = b[1]
+	f.flags = b[2]
+	if b[3] != 0 || f.flags&^flagAck != 0 {
+		return fmt.Errorf("%w: reserved bits set", errFrame)
+	}
+	f.len = binary.LittleEndian.Uint32(b[4:])
+	f.seq = binary.LittleEndian.Uint64(b[8:])
+	f.addr = binary.LittleEndian.Uint64(b[16:])
+	f.rkey = binary.LittleEndian.Uint32(b[24:])
+	f.imm = binary.LittleEndian.Uint32(b[28:])
+	f.arg0 = binary.LittleEndian.Uint64(b[32:])
+	f.arg1 = binary.LittleEndian.Uint64(b[40:])
+	if f.len > maxPayload {
+		return fmt.Errorf("%w: length %d over %d", errFrame, f.len, maxPayload)
+	}
+	switch f.kind {
+	case kReqWrite, kReqWriteImm, kReqRead, kReqSend:
+		if f.status != 0 {
+			return fmt.Errorf("%w: status on a request", errFrame)
+		}
+	case kReqFAA, kReqCAS:
+		if f.status != 0 || f.len != 8 {
+			return fmt.Errorf("%w: atomic of %d bytes", errFrame, f.len)
+		}
+	case kRespAck, kRespAtomic:
+		if f.len != 0 || f.status != 0 || f.flags != 0 {
+			return fmt.Errorf("%w: response kind %d with length or status", errFrame, f.kind)
+		}
+	case kRespRead:
+		if f.status != 0 {
+			return fmt.Errorf("%w: read response with status", errFrame)
+		}
+	case kRespNak:
+		if f.len != 0 || f.status == 0 || f.status > 6 {
+			return fmt.Errorf("%w: bad NAK", errFrame)
+		}
+	default:
+		return fmt.Errorf("%w: unknown kind %d", errFrame, f.kind)
+	}
+	if f.flags != 0 && f.kind != kReqWrite && f.kind != kReqWriteImm && f.kind != kReqSend {
+		return fmt.Errorf("%w: flags on kind %d", errFrame, f.kind)
+	}
+	return nil
+}
+
+// hasPayload reports whether len payload bytes follow the header.
+func (f *frame) hasPayload() bool {
+	switch f.kind {
+	case kReqWrite, kReqWriteImm, kReqSend, kRespRead:
+		return true
+	}
+	return false
+}

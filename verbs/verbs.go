@@ -1,0 +1,407 @@
+// Package verbs is rmago's provider-neutral RDMA contract, shaped like
+// libibverbs: devices, contexts, protection domains, memory regions with
+// local and remote keys, completion queues and reliable-connected (RC) queue
+// pairs that carry send work requests (RDMA write, write with immediate,
+// RDMA read, atomics, send) and receive requests.
+//
+// Providers implement the contract and register themselves by name, the way
+// database/sql drivers do:
+//
+//	import _ "github.com/rmago/rmago/verbs/soft" // the TCP software-RDMA provider
+//	ctx, err := verbs.Open("soft", "", verbs.Config{Addr: "127.0.0.1", Secret: key})
+//
+// The contract follows the hardware's rules, so code written against it
+// runs unchanged on the software provider and on real InfiniBand or RoCE:
+//   - memory is reached only through registered regions, locally by lkey and
+//     remotely by (address, rkey); the responder checks both;
+//   - remote addresses are the target's real virtual addresses;
+//   - work requests on one queue pair execute in order, and a signalled
+//     completion implies that every earlier request on that queue pair has
+//     completed too;
+//   - atomics act on 8-byte aligned words and are atomic against each other.
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Sentinel errors shared by every provider. Providers wrap them with
+// detail; test with errors.Is.
+var (
+	// ErrNoDevice means the provider found no usable device.
+	ErrNoDevice = errors.New("verbs: no RDMA device")
+	// ErrUnknownProvider means no provider registered under that name.
+	ErrUnknownProvider = errors.New("verbs: unknown provider")
+	// ErrInvalid means an argument broke the contract (bad length, alignment,
+	// access flags, queue depth, ...). Nothing was posted.
+	ErrInvalid = errors.New("verbs: invalid argument")
+	// ErrLocalAccess means a scatter-gather entry is not inside a region
+	// registered with that lkey and the needed local access.
+	ErrLocalAccess = errors.New("verbs: local protection error")
+	// ErrQueueFull means the send or receive queue has no free slot.
+	ErrQueueFull = errors.New("verbs: work queue full")
+	// ErrQPState means the queue pair is not connected, or is in the error state.
+	ErrQPState = errors.New("verbs: queue pair not ready")
+	// ErrClosed means the object was closed or destroyed.
+	ErrClosed = errors.New("verbs: closed")
+	// ErrTimeout means a blocking wait reached its deadline.
+	ErrTimeout = errors.New("verbs: timed out")
+	// ErrAuth means a peer failed authentication.
+	ErrAuth = errors.New("verbs: peer failed authentication")
+)
+
+// Access is a set of memory region access flags, as in ibv_access_flags.
+type Access uint32
+
+// Access flags.
+const (
+	AccessLocalWrite   Access = 1 << iota // the local side may write into the region (receives, read results)
+	AccessRemoteWrite                     // peers may RDMA-write into the region
+	AccessRemoteRead                      // peers may RDMA-read from the region
+	AccessRemoteAtomic                    // peers may run atomics on the region's words
+)
+
+// AccessAll is every access flag: what an RMA window needs.
+const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+
+// Opcode is the operation of a send work request.
+type Opcode uint8
+
+// Send opcodes. OpRecv and OpRecvImm appear only in work completions.
+const (
+	OpWrite       Opcode = iota + 1 // RDMA write: local SGEs → remote (addr, rkey)
+	OpWriteImm                      // RDMA write with immediate: also consumes a receive at the target
+	OpRead                          // RDMA read: remote (addr, rkey) → local SGEs
+	OpFetchAdd                      // 8-byte atomic fetch-and-add; the old value lands in the local SGE
+	OpCompareSwap                   // 8-byte atomic compare-and-swap; the old value lands in the local SGE
+	OpSend                          // two-sided send into the target's next receive buffer
+	OpRecv                          // completion of a receive that took a send
+	OpRecvImm                       // completion of a receive consumed by a write with immediate
+)
+
+var opNames = [...]string{"invalid", "write", "write-imm", "read", "fetch-add", "compare-swap", "send", "recv", "recv-imm"}
+
+func (o Opcode) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("opcode(%d)", uint8(o))
+}
+
+// Status is the outcome carried by a work completion.
+type Status uint8
+
+// Completion statuses, as in ibv_wc_status (only those rmago distinguishes).
+const (
+	StatusSuccess      Status = iota // the request completed
+	StatusLocalError                 // local protection or length error
+	StatusRemoteAccess               // the responder refused: bad rkey, flags or bounds; target memory untouched
+	StatusRemoteOp                   // the responder could not execute the request (malformed, misaligned)
+	StatusTransport                  // retry exceeded / transport error: the peer is gone or unreachable
+	StatusFlushed                    // the queue pair was in the error state; the request never ran
+	StatusRNR                        // receiver not ready: no receive posted for a send or write with immediate
+)
+
+var statusNames = [...]string{"success", "local error", "remote access error", "remote operation error", "transport error", "flushed", "receiver not ready"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// Completion errors: Status.Err maps a failed status to one of these, so
+// callers above the verbs layer can use errors.Is whatever the provider.
+var (
+	ErrLocalCompletion = errors.New("verbs: local completion error")
+	ErrRemoteAccess    = errors.New("verbs: remote access error")
+	ErrRemoteOp        = errors.New("verbs: remote operation error")
+	ErrTransport       = errors.New("verbs: transport error (retry exceeded, peer gone)")
+	ErrFlushed         = errors.New("verbs: work request flushed")
+	ErrRNR             = errors.New("verbs: receiver not ready")
+)
+
+// Err returns nil for StatusSuccess and the matching sentinel otherwise.
+func (s Status) Err() error {
+	switch s {
+	case StatusSuccess:
+		return nil
+	case StatusLocalError:
+		return ErrLocalCompletion
+	case StatusRemoteAccess:
+		return ErrRemoteAccess
+	case StatusRemoteOp:
+		return ErrRemoteOp
+	case StatusTransport:
+		return ErrTransport
+	case StatusFlushed:
+		return ErrFlushed
+	case StatusRNR:
+		return ErrRNR
+	}
+	return fmt.Errorf("verbs: unknown completion status %d", uint8(s))
+}
+
+// AtomicCap says how a device's atomics behave, as ibv_atomic_cap.
+type AtomicCap uint8
+
+// Atomic capabilities.
+const (
+	AtomicNone AtomicCap = iota // no remote atomics
+	AtomicHCA                   // atomic among requests through this device (what RMA needs)
+	AtomicGlob                  // also atomic against the CPU
+)
+
+// DeviceAttr describes a device, the subset of ibv_device_attr and
+// ibv_port_attr that rmago uses.
+type DeviceAttr struct {
+	Name       string    // device name, "soft0" or "mlx5_0" / "rxe0"
+	Provider   string    // provider name
+	NetDev     string    // network interface the device sits on, when known
+	MaxMRSize  uint64    // largest region the device registers
+	MaxQPWR    int       // deepest work queue
+	MaxSGE     int       // most scatter-gather entries per request
+	MaxInline  int       // largest payload copied into the request at post time
+	AtomicCap  AtomicCap // remote atomic support
+	MTU        int       // active path MTU in bytes
+	LinkLayer  string    // "InfiniBand", "Ethernet" (RoCE) or "TCP"
+	PortActive bool      // the port is up
+}
+
+// Config carries what a provider may need to open a device. Providers
+// ignore fields that do not apply to them.
+type Config struct {
+	// Addr is the IP address (no port) a provider that carries traffic over
+	// IP listens on. The soft provider uses it; the default is 127.0.0.1,
+	// never all interfaces.
+	Addr string
+	// Secret is the job's shared key. Peers of the soft provider prove they
+	// know it before any request is served.
+	Secret []byte
+	// GIDIndex selects the RoCE GID (ibv provider); -1 picks automatically.
+	GIDIndex int
+	// Port is the device port (ibv provider); 0 picks 1.
+	Port int
+}
+
+// Provider opens devices. Implementations call Register from an init function.
+type Provider interface {
+	// Devices lists the provider's usable devices; ErrNoDevice if none.
+	Devices() ([]DeviceAttr, error)
+	// Open opens the named device ("" for the first usable one).
+	Open(device string, cfg Config) (Context, error)
+}
+
+// Context is an open device, as struct ibv_context.
+type Context interface {
+	// Attr describes the device.
+	Attr() DeviceAttr
+	// AllocPD allocates a protection domain.
+	AllocPD() (PD, error)
+	// CreateCQ creates a completion queue holding at least depth entries.
+	CreateCQ(depth int) (CQ, error)
+	// Close releases the device. Objects made from it must be closed first.
+	Close() error
+}
+
+// PD is a protection domain: memory regions and queue pairs made in one
+// domain can be used together, as struct ibv_pd.
+type PD interface {
+	// RegMR registers buf for the given access. The memory must not move or
+	// be freed while registered: allocate it outside the Go heap or pin it
+	// with runtime.Pinner, since a hardware provider hands its address to
+	// the NIC.
+	RegMR(buf []byte, access Access) (MR, error)
+	// CreateQP creates a reliable-connected queue pair.
+	CreateQP(attr QPAttr) (QP, error)
+	// Close deallocates the domain.
+	Close() error
+}
+
+// MR is a registered memory region, as struct ibv_mr.
+type MR interface {
+	Addr() uint64   // virtual address of the first byte
+	Len() int       // length in bytes
+	LKey() uint32   // local key, for scatter-gather entries
+	RKey() uint32   // remote key, for peers' requests
+	Access() Access // the access it was registered with
+	// Dereg deregisters the region. Peers' later requests on its rkey fail
+	// with a remote access error.
+	Dereg() error
+}
+
+// CQ is a completion queue, as struct ibv_cq.
+type CQ interface {
+	// Poll moves up to len(wc) completions into wc without blocking and
+	// returns how many.
+	Poll(wc []WC) (int, error)
+	// Wait blocks until at least one completion is available or the deadline
+	// passes (zero: no deadline), then polls like Poll. It returns
+	// ErrTimeout when the deadline passed with nothing to report.
+	Wait(wc []WC, deadline time.Time) (int, error)
+	// Close destroys the queue.
+	Close() error
+}
+
+// QPAttr sizes a queue pair and names its completion queues.
+type QPAttr struct {
+	SendCQ    CQ
+	RecvCQ    CQ
+	MaxSendWR int // outstanding send requests
+	MaxRecvWR int // posted receive requests
+	MaxSGE    int // scatter-gather entries per request (0: 1)
+	MaxInline int // inline payload wanted (the provider may give less)
+}
+
+// Endpoint is what one side of an RC connection tells the other out of
+// band (through the transport's bootstrap) before Connect. It is plain data
+// so that it travels as JSON.
+type Endpoint struct {
+	QPN      uint32 `json:"qpn"`            // queue pair number
+	PSN      uint32 `json:"psn"`            // initial packet sequence number
+	LID      uint16 `json:"lid,omitempty"`  // InfiniBand local identifier
+	GID      []byte `json:"gid,omitempty"`  // RoCE v2 / global route identifier (16 bytes)
+	GIDIndex int    `json:"gidx,omitempty"` // the GID's index on its port
+	MTU      int    `json:"mtu,omitempty"`  // path MTU in bytes
+	Addr     string `json:"addr,omitempty"` // IP:port, for providers that carry traffic over IP
+	Device   string `json:"dev,omitempty"`  // device name, for diagnostics
+}
+
+// QP is a reliable-connected queue pair, as struct ibv_qp of type IBV_QPT_RC.
+type QP interface {
+	// Num is the queue pair number.
+	Num() uint32
+	// Endpoint is this side's connection info, to send to the peer.
+	Endpoint() Endpoint
+	// Connect takes the queue pair to ready-to-send against the peer's
+	// endpoint (INIT → RTR → RTS on hardware). Both sides call it.
+	Connect(remote Endpoint) error
+	// PostSend posts a chain of send requests (linked by Next). Requests
+	// run in order. On error, the returned request is the first not posted.
+	PostSend(wr *SendWR) (*SendWR, error)
+	// PostRecv posts a chain of receive requests.
+	PostRecv(wr *RecvWR) (*RecvWR, error)
+	// Close destroys the queue pair; outstanding requests are flushed.
+	Close() error
+}
+
+// SGE is a scatter-gather entry, as struct ibv_sge.
+type SGE struct {
+	Addr   uint64 // virtual address inside a registered region
+	Length uint32 // bytes
+	LKey   uint32 // the region's local key
+}
+
+// SendFlags modify a send request, as ibv_send_flags.
+type SendFlags uint8
+
+// Send flags.
+const (
+	// Signaled asks for a completion on success. Failed requests always
+	// complete, signalled or not.
+	Signaled SendFlags = 1 << iota
+	// Inline copies the payload into the request at post time, so the
+	// local buffer may be reused at once and needs no lkey.
+	Inline
+	// Fence waits for earlier reads and atomics on the queue pair to
+	// complete before this request starts.
+	Fence
+)
+
+// SendWR is a send work request, as struct ibv_send_wr. Callers reuse their
+// requests and SGE arrays; providers keep no reference after PostSend returns.
+type SendWR struct {
+	ID         uint64    // returned in the completion
+	Next       *SendWR   // next request of a chain, or nil
+	Op         Opcode    // operation
+	Flags      SendFlags // Signaled, Inline, Fence
+	SGL        []SGE     // local memory: source of writes and sends, destination of reads and atomics (8 bytes)
+	RemoteAddr uint64    // target address: writes, reads, atomics
+	RKey       uint32    // target region's remote key
+	Imm        uint32    // immediate data (OpWriteImm)
+	CompareAdd uint64    // fetch-add: the addend; compare-swap: the value compared
+	Swap       uint64    // compare-swap: the value stored when equal
+}
+
+// RecvWR is a receive work request, as struct ibv_recv_wr.
+type RecvWR struct {
+	ID   uint64
+	Next *RecvWR
+	SGL  []SGE
+}
+
+// WC is a work completion, as struct ibv_wc.
+type WC struct {
+	ID      uint64 // the request's ID
+	Status  Status // outcome
+	Op      Opcode // the request's opcode (OpRecv / OpRecvImm for receives)
+	ByteLen uint32 // bytes received (receives) or transferred
+	Imm     uint32 // immediate data, when HasImm
+	HasImm  bool   // the completion carries immediate data
+	QPN     uint32 // local queue pair number
+}
+
+// Err is the completion's status as an error (nil on success), wrapped
+// with its opcode and ID.
+func (wc *WC) Err() error {
+	if wc.Status == StatusSuccess {
+		return nil
+	}
+	return fmt.Errorf("%w (%s, wr %d, qp %d)", wc.Status.Err(), wc.Op, wc.ID, wc.QPN)
+}
+
+var (
+	regMu     sync.RWMutex
+	providers = map[string]Provider{}
+)
+
+// Register makes a provider available under name. It panics if the name is
+// taken, as database/sql.Register does.
+func Register(name string, p Provider) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if p == nil {
+		panic("verbs: Register provider is nil")
+	}
+	if _, dup := providers[name]; dup {
+		panic("verbs: Register called twice for provider " + name)
+	}
+	providers[name] = p
+}
+
+// Lookup returns the provider registered under name.
+func Lookup(name string) (Provider, error) {
+	regMu.RLock()
+	p, ok := providers[name]
+	regMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (registered: %v)", ErrUnknownProvider, name, Providers())
+	}
+	return p, nil
+}
+
+// Providers lists the registered provider names, sorted.
+func Providers() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	names := make([]string, 0, len(providers))
+	for n := range providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Open opens device (or the first usable one if device is "") of the named provider.
+func Open(provider, device string, cfg Config) (Context, error) {
+	p, err := Lookup(provider)
+	if err != nil {
+		return nil, err
+	}
+	return p.Open(device, cfg)
+}
