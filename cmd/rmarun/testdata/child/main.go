@@ -1,0 +1,84 @@
+// Command child is a test program for rmarun. It performs its arguments as
+// actions, in order. An action may be limited to one rank with a "@RANK"
+// suffix, e.g. "exit=3@2".
+//
+//	env          print the RMAGO_* variables as NAME=value lines
+//	out=TEXT     print TEXT to stdout
+//	err=TEXT     print TEXT to stderr
+//	nonl=TEXT    print TEXT to stdout without a newline
+//	spam=K       print K long lines "rank:i:xxx...x" to stdout
+//	ready        print "ready pid=PID"
+//	ignoreterm   ignore SIGTERM
+//	exit=CODE    exit with CODE
+//	panic        panic
+//	kill         send SIGKILL to itself
+//	sleep        sleep forever
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	rank, _ := strconv.Atoi(os.Getenv("RMAGO_RANK"))
+	for _, arg := range os.Args[1:] {
+		if i := strings.LastIndex(arg, "@"); i >= 0 {
+			if r, err := strconv.Atoi(arg[i+1:]); err == nil {
+				if r != rank {
+					continue
+				}
+				arg = arg[:i]
+			}
+		}
+		name, val, _ := strings.Cut(arg, "=")
+		switch name {
+		case "env":
+			for _, kv := range os.Environ() {
+				if strings.HasPrefix(kv, "RMAGO_") {
+					fmt.Println(kv)
+				}
+			}
+		case "out":
+			fmt.Println(val)
+		case "err":
+			fmt.Fprintln(os.Stderr, val)
+		case "nonl":
+			fmt.Print(val)
+		case "spam":
+			k, _ := strconv.Atoi(val)
+			for i := range k {
+				fmt.Printf("%d:%d:%s\n", rank, i, strings.Repeat("x", 1000+i*37%5000))
+			}
+		case "ready":
+			fmt.Printf("ready pid=%d\n", os.Getpid())
+		case "ignoreterm":
+			signal.Ignore(syscall.SIGTERM)
+		case "exit":
+			code, _ := strconv.Atoi(val)
+			os.Exit(code)
+		case "panic":
+			panic("child panics")
+		case "kill":
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			sleepForever()
+		case "sleep":
+			sleepForever()
+		default:
+			fmt.Fprintf(os.Stderr, "child: unknown action %q\n", arg)
+			os.Exit(100)
+		}
+	}
+}
+
+// sleepForever blocks without tripping the runtime's deadlock detector.
+func sleepForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}

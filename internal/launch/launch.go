@@ -1,0 +1,96 @@
+// Package launch defines the contract between the rmarun job launcher and
+// the processes it starts, and provides helpers to start ranks the same way
+// (for example from tests).
+//
+// Every rank of a job inherits its launcher's environment plus the variables
+// named by the Env* constants. A rank reads them at start-up: rank 0 listens
+// for the bootstrap rendezvous on the address in EnvRendezvous, the other
+// ranks connect to it, and all of them authenticate with the per-job key in
+// EnvSecret.
+package launch
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"strconv"
+)
+
+// Names of the environment variables that describe a job to each rank.
+const (
+	// EnvRank holds the rank of the process, a decimal integer in 0..size-1.
+	EnvRank = "RMAGO_RANK"
+
+	// EnvSize holds the number of processes in the job, a decimal integer.
+	EnvSize = "RMAGO_SIZE"
+
+	// EnvRendezvous holds the host:port on which rank 0 listens for the
+	// bootstrap rendezvous; every other rank connects there.
+	EnvRendezvous = "RMAGO_RENDEZVOUS"
+
+	// EnvSecret holds the per-job authentication key: SecretBytes random
+	// bytes encoded as lower-case hex (64 characters). It must not be logged.
+	EnvSecret = "RMAGO_SECRET"
+
+	// EnvAddr holds the IP address on which each rank's fabric listens.
+	EnvAddr = "RMAGO_ADDR"
+
+	// EnvProvider optionally selects the fabric provider: "soft", "ibv" or
+	// "auto". The launcher sets it only when asked to; otherwise a value in
+	// the caller's environment is inherited.
+	EnvProvider = "RMAGO_PROVIDER"
+
+	// EnvJobID holds a short random hex identifier of the job, for logs.
+	EnvJobID = "RMAGO_JOBID"
+)
+
+// SecretBytes is the size in bytes of the per-job secret before hex encoding.
+const SecretBytes = 32
+
+// DefaultAddr is the listen address used when none is given: loopback only.
+const DefaultAddr = "127.0.0.1"
+
+// Env returns the NAME=value entries describing rank rank of a job of size
+// processes. Append them to os.Environ() (later entries win in os/exec) to
+// build a rank's environment. EnvJobID and EnvProvider are not included.
+func Env(rank, size int, rendezvous, secretHex, addr string) []string {
+	return []string{
+		EnvRank + "=" + strconv.Itoa(rank),
+		EnvSize + "=" + strconv.Itoa(size),
+		EnvRendezvous + "=" + rendezvous,
+		EnvSecret + "=" + secretHex,
+		EnvAddr + "=" + addr,
+	}
+}
+
+// NewSecret returns a fresh per-job key: SecretBytes bytes from crypto/rand,
+// hex encoded.
+func NewSecret() (string, error) {
+	return randomHex(SecretBytes)
+}
+
+// NewJobID returns a short random hex job identifier (8 characters).
+func NewJobID() (string, error) {
+	return randomHex(4)
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// FreePort returns a TCP port that is currently free on the IP address ip,
+// found by listening on port 0 and closing the listener. Another process may
+// take the port before it is used again; callers should treat a later bind
+// failure as an ordinary error.
+func FreePort(ip string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	return port, ln.Close()
+}

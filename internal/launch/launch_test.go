@@ -1,0 +1,74 @@
+package launch
+
+import (
+	"encoding/hex"
+	"net"
+	"strconv"
+	"testing"
+)
+
+func TestNewSecret(t *testing.T) {
+	a, err := NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := hex.DecodeString(a)
+	if err != nil || len(raw) != SecretBytes || len(a) != 64 {
+		t.Fatalf("secret %q: want %d hex-encoded bytes (err %v)", a, SecretBytes, err)
+	}
+	if a == b {
+		t.Fatalf("two secrets are equal: %q", a)
+	}
+}
+
+func TestNewJobID(t *testing.T) {
+	id, err := NewJobID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hex.DecodeString(id); err != nil || len(id) != 8 {
+		t.Fatalf("job id %q: want 8 hex characters", id)
+	}
+}
+
+func TestFreePort(t *testing.T) {
+	port, err := FreePort(DefaultAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port <= 0 || port > 65535 {
+		t.Fatalf("port %d out of range", port)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(DefaultAddr, strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("port %d is not usable: %v", port, err)
+	}
+	ln.Close()
+
+	if _, err := FreePort("192.0.2.1"); err == nil {
+		t.Error("FreePort on a non-local address succeeded")
+	}
+}
+
+func TestEnv(t *testing.T) {
+	got := Env(2, 4, "127.0.0.1:5000", "abcd", "127.0.0.1")
+	want := []string{
+		"RMAGO_RANK=2",
+		"RMAGO_SIZE=4",
+		"RMAGO_RENDEZVOUS=127.0.0.1:5000",
+		"RMAGO_SECRET=abcd",
+		"RMAGO_ADDR=127.0.0.1",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Env = %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Env[%d] = %q, want %q", i, got[i], want[i])
+		}
+	}
+}
