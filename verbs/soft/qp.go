@@ -224,12 +224,6 @@ func (q *qp) await(remote verbs.Endpoint) (net.Conn, int, error) {
 				ac.conn.Close()
 				continue
 			}
-			var depth [4]byte
-			binary.LittleEndian.PutUint32(depth[:], uint32(q.maxSend))
-			if _, err := ac.conn.Write(depth[:]); err != nil {
-				ac.conn.Close()
-				return nil, 0, fmt.Errorf("soft: accepting queue pair %d: %w", remote.QPN, err)
-			}
 			return ac.conn, ac.peerDepth, nil
 		case <-q.done:
 			return nil, 0, fmt.Errorf("%w: closed while connecting", verbs.ErrQPState)
@@ -267,6 +261,14 @@ func (c *context) acceptLoop() {
 			q := c.qps[target]
 			c.mu.Unlock()
 			if q == nil {
+				conn.Close()
+				return
+			}
+			// Tell the dialer our depth now, so it need not wait for this
+			// program to reach Connect.
+			var depth [4]byte
+			binary.LittleEndian.PutUint32(depth[:], uint32(q.maxSend))
+			if _, err := conn.Write(depth[:]); err != nil {
 				conn.Close()
 				return
 			}
