@@ -94,6 +94,8 @@ type qp struct {
 	respCh     chan response
 	done       chan struct{}
 	nakSent    atomic.Bool
+	lastExec   atomic.Uint64 // the peer's last request this side executed
+	graceful   bool          // the peer closed in order: receives stay posted
 	finished   sync.WaitGroup
 }
 
@@ -442,9 +444,32 @@ func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
 	return nil, nil
 }
 
-// Close destroys the queue pair: the connection is closed, the peer sees a
-// transport error, and outstanding requests complete as flushed.
+// Close destroys the queue pair. A connected queue pair first says goodbye:
+// it tells the peer the last of its requests that was executed, so the
+// peer completes those and fails only later ones, and does not take the
+// orderly close for a failure. Outstanding requests complete as flushed.
 func (q *qp) Close() error {
+	q.mu.Lock()
+	conn := q.conn
+	rts := q.state == stRTS
+	q.mu.Unlock()
+	if rts {
+		q.sendMu.Lock()
+		f := frame{kind: kGoodbye, seq: q.lastExec.Load()}
+		f.encode(&q.hdr)
+		conn.SetWriteDeadline(time.Now().Add(time.Second))
+		conn.Write(q.hdr[:])
+		q.sendMu.Unlock()
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		// The peer answers with its own end of stream; wait for it
+		// briefly so that closing does not reset data still in flight.
+		select {
+		case <-q.done:
+		case <-time.After(time.Second):
+		}
+	}
 	q.fail(verbs.StatusFlushed, verbs.ErrClosed)
 	q.finished.Wait()
 	q.ctx.mu.Lock()
@@ -488,7 +513,7 @@ func (q *qp) flushLocked() {
 		}
 		q.completeHead(st)
 	}
-	for q.rn > 0 {
+	for q.rn > 0 && !q.graceful {
 		e := q.recvs[q.rhead]
 		q.recvs[q.rhead] = recvEntry{}
 		q.rhead = (q.rhead + 1) % len(q.recvs)

@@ -37,6 +37,10 @@ func (q *qp) serve(br *bufio.Reader) {
 		acquire()
 		if f.kind < kRespAck {
 			err = q.execute(br, &f)
+			q.lastExec.Store(f.seq)
+		} else if f.kind == kGoodbye {
+			q.goodbye(&f)
+			return
 		} else {
 			err = q.complete(br, &f)
 		}
@@ -280,6 +284,19 @@ func (q *qp) writeResponses() {
 			q.fail(verbs.StatusTransport, fmt.Errorf("send response: %w", err))
 		}
 	}
+}
+
+// goodbye handles the peer's orderly close: requests it executed complete,
+// later ones fail, posted receives stay (nothing more will arrive, which is
+// not an error by itself), and this side closes its end too.
+func (q *qp) goodbye(f *frame) {
+	q.mu.Lock()
+	for q.pn > 0 && q.pend[q.phead].seq <= f.seq && q.pend[q.phead].nseg == 0 {
+		q.completeHead(verbs.StatusSuccess)
+	}
+	q.graceful = true
+	q.mu.Unlock()
+	q.fail(verbs.StatusTransport, fmt.Errorf("peer closed the connection"))
 }
 
 // complete handles a response to one of this side's requests. Responses

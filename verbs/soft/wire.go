@@ -39,6 +39,7 @@ const (
 	kRespRead    = 17 // read data follows
 	kRespAtomic  = 18 // arg0 holds the old value
 	kRespNak     = 19 // status says why; the connection is torn down after it
+	kGoodbye     = 20 // orderly close: seq is the last request of the peer's that was executed
 )
 
 // flagAck asks the responder to acknowledge a write or send.
@@ -101,7 +102,7 @@ func (f *frame) decode(b *[hdrLen]byte) error {
 		if f.status != 0 || f.len != 8 {
 			return fmt.Errorf("%w: atomic of %d bytes", errFrame, f.len)
 		}
-	case kRespAck, kRespAtomic:
+	case kRespAck, kRespAtomic, kGoodbye:
 		if f.len != 0 || f.status != 0 || f.flags != 0 {
 			return fmt.Errorf("%w: response kind %d with length or status", errFrame, f.kind)
 		}

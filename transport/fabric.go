@@ -1,0 +1,703 @@
+// Package transport is a job's connected fabric: it bootstraps the job
+// (rank, size, secret, endpoint exchange), opens the verbs provider, keeps
+// one reliable-connected queue pair per peer (and a loopback pair for the
+// rank itself, so that even local accesses go through the same agent),
+// tracks completions, and offers flush, notifications, a barrier and an
+// allgather built on the fabric's own RDMA writes.
+//
+// Progress is driven by whoever waits: the goroutine that needs a
+// completion polls the shared completion queue and dispatches what it finds
+// for everyone, so there is no progress goroutine and no hop on the hot path.
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/rmago/rmago/verbs"
+	_ "github.com/rmago/rmago/verbs/soft" // the embedded default provider
+)
+
+// Environment variables read by Open.
+const (
+	// EnvProvider selects the verbs provider: soft, ibv or auto (default).
+	EnvProvider = "RMAGO_PROVIDER"
+	// EnvDevice selects the device of the provider by name.
+	EnvDevice = "RMAGO_DEVICE"
+	// EnvTimeout bounds every blocking wait (a Go duration; default 2m,
+	// 0 for none). A wait that passes it fails with ErrTimeout.
+	EnvTimeout = "RMAGO_TIMEOUT"
+)
+
+// Errors of the fabric. Errors from completions wrap the verbs sentinels
+// (verbs.ErrRemoteAccess, verbs.ErrTransport, ...) as well.
+var (
+	ErrTimeout  = errors.New("transport: timed out waiting for peers")
+	ErrPeer     = errors.New("transport: peer failed")
+	ErrClosed   = errors.New("transport: fabric closed")
+	ErrProvider = errors.New("transport: no usable provider")
+)
+
+// Queue sizes.
+const (
+	sendDepth = 512 // send requests in flight per peer
+	recvDepth = 64  // notifications in flight per peer
+	signalGap = sendDepth / 4
+)
+
+// Options tune Open. The zero value reads the environment.
+type Options struct {
+	Provider string        // soft, ibv or auto; "" reads RMAGO_PROVIDER
+	Device   string        // "" reads RMAGO_DEVICE
+	Timeout  time.Duration // 0 reads RMAGO_TIMEOUT; negative means none
+	// Notice receives one-line notices (the auto provider's fallback);
+	// nil writes them to stderr.
+	Notice func(string)
+}
+
+// Peer is the fabric's view of one rank.
+type peer struct {
+	rank   int
+	qp     verbs.QP // requests to that rank
+	selfRx verbs.QP // for the rank itself: the receiving end of the loopback pair
+
+	postMu       sync.Mutex // serializes posting to this peer
+	posted       atomic.Uint64
+	lastSignaled uint64 // under postMu
+	done         atomic.Uint64
+	err          atomic.Pointer[error]
+	flushWR      verbs.SendWR
+	recvWR       verbs.RecvWR
+}
+
+// Fabric is a job's connected fabric.
+type Fabric struct {
+	boot    Bootstrap
+	rank    int
+	size    int
+	ctx     verbs.Context
+	pd      verbs.PD
+	cq      verbs.CQ
+	peers   []*peer
+	byQPN   map[uint32]*peer
+	timeout time.Duration
+
+	// Progress: one goroutine polls at a time; others wait on cond.
+	mu      sync.Mutex
+	cond    sync.Cond
+	polling bool
+	wcs     []verbs.WC
+	notes   map[uint32]int // notification arrivals by tag, not yet consumed
+	failed  error          // a fatal local error (CQ overrun)
+
+	// World control region: allgather slots.
+	ctrl      *Memory
+	ctrlMR    verbs.MR
+	ctrlPeers []RemoteRegion
+	gatherSeq int
+	barSeq    uint32
+	closed    atomic.Bool
+}
+
+// RemoteRegion is a peer's registered memory as seen by this rank.
+type RemoteRegion struct {
+	Addr uint64 `json:"addr"`
+	RKey uint32 `json:"rkey"`
+	Len  uint64 `json:"len"`
+}
+
+// gatherSlot is the bytes a rank contributes to one fabric allgather.
+const gatherSlot = 64
+
+type hello struct {
+	Endpoints []verbs.Endpoint `json:"eps"`  // the QP to use to reach rank i
+	Ctrl      RemoteRegion     `json:"ctrl"` // the world control region
+	Provider  string           `json:"prov"`
+}
+
+// Open connects the job's fabric: it bootstraps from b, opens the
+// provider, creates and connects a queue pair per peer, then closes b.
+func Open(b Bootstrap, opt Options) (*Fabric, error) {
+	defer b.Close()
+	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]int{}, byQPN: map[uint32]*peer{}}
+	f.cond.L = &f.mu
+	if err := f.setTimeout(opt.Timeout); err != nil {
+		return nil, err
+	}
+	provName, err := f.openProvider(b, opt)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+		}
+	}()
+	if f.pd, err = f.ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if f.cq, err = f.ctx.CreateCQ((f.size + 1) * (sendDepth + recvDepth)); err != nil {
+		return nil, err
+	}
+	f.wcs = make([]verbs.WC, 64)
+	f.peers = make([]*peer, f.size)
+	me := hello{Endpoints: make([]verbs.Endpoint, f.size), Provider: provName}
+	for r := range f.peers {
+		p := &peer{rank: r}
+		if p.qp, err = f.newQP(); err != nil {
+			return nil, err
+		}
+		if r == f.rank {
+			if p.selfRx, err = f.newQP(); err != nil {
+				return nil, err
+			}
+		}
+		f.peers[r] = p
+		me.Endpoints[r] = p.qp.Endpoint()
+	}
+	if f.ctrl, err = AllocMemory(2 * f.size * gatherSlot); err != nil {
+		return nil, err
+	}
+	if f.ctrlMR, err = f.pd.RegMR(f.ctrl.Bytes(), verbs.AccessAll); err != nil {
+		return nil, err
+	}
+	me.Ctrl = RemoteRegion{Addr: f.ctrlMR.Addr(), RKey: f.ctrlMR.RKey(), Len: uint64(f.ctrlMR.Len())}
+	msg, err := json.Marshal(me)
+	if err != nil {
+		return nil, err
+	}
+	all, err := b.Allgather(msg)
+	if err != nil {
+		return nil, err
+	}
+	hellos := make([]hello, f.size)
+	for r, m := range all {
+		if err := json.Unmarshal(m, &hellos[r]); err != nil || len(hellos[r].Endpoints) != f.size {
+			return nil, fmt.Errorf("%w: bad hello from rank %d: %v", ErrBootstrap, r, err)
+		}
+		if hellos[r].Provider != provName {
+			return nil, fmt.Errorf("%w: rank %d uses provider %s, rank %d uses %s", ErrProvider, r, hellos[r].Provider, f.rank, provName)
+		}
+		f.ctrlPeers = append(f.ctrlPeers, hellos[r].Ctrl)
+	}
+	if err := f.connect(hellos); err != nil {
+		return nil, err
+	}
+	ok = true
+	return f, nil
+}
+
+func (f *Fabric) setTimeout(d time.Duration) error {
+	switch {
+	case d < 0:
+		f.timeout = 0
+	case d > 0:
+		f.timeout = d
+	default:
+		f.timeout = 2 * time.Minute
+		if s := os.Getenv(EnvTimeout); s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil || v < 0 {
+				return fmt.Errorf("transport: bad %s=%q", EnvTimeout, s)
+			}
+			f.timeout = v
+		}
+	}
+	return nil
+}
+
+// openProvider picks and opens the provider: soft, ibv, or auto (ibv when a
+// usable device exists, else soft with a one-line notice).
+func (f *Fabric) openProvider(b Bootstrap, opt Options) (string, error) {
+	name := opt.Provider
+	if name == "" {
+		name = os.Getenv(EnvProvider)
+	}
+	device := opt.Device
+	if device == "" {
+		device = os.Getenv(EnvDevice)
+	}
+	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1}
+	switch name {
+	case "", "auto":
+		if p, err := verbs.Lookup("ibv"); err == nil {
+			if devs, err := p.Devices(); err == nil && len(devs) > 0 {
+				if f.ctx, err = p.Open(device, cfg); err == nil {
+					return "ibv", nil
+				}
+			}
+		}
+		notice := opt.Notice
+		if notice == nil {
+			notice = func(s string) { fmt.Fprintln(os.Stderr, s) }
+		}
+		if b.Rank() == 0 {
+			notice("rmago: no usable RDMA device; using the soft (TCP) provider")
+		}
+		name = "soft"
+		device = ""
+	}
+	var err error
+	if f.ctx, err = verbs.Open(name, device, cfg); err != nil {
+		return "", fmt.Errorf("%w: %s: %w", ErrProvider, name, err)
+	}
+	return name, nil
+}
+
+func (f *Fabric) newQP() (verbs.QP, error) {
+	return f.pd.CreateQP(verbs.QPAttr{SendCQ: f.cq, RecvCQ: f.cq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1})
+}
+
+// connect connects every queue pair. Pairs are connected in increasing
+// peer order on every rank, which never deadlocks even for providers whose
+// Connect waits for the other side.
+func (f *Fabric) connect(hellos []hello) error {
+	for r, p := range f.peers {
+		if r == f.rank {
+			errc := make(chan error, 1)
+			f.byQPN[p.selfRx.Num()] = p
+			if err := f.postRecvs(p, p.selfRx, recvDepth); err != nil {
+				return err
+			}
+			go func() { errc <- p.selfRx.Connect(p.qp.Endpoint()) }()
+			if err := p.qp.Connect(p.selfRx.Endpoint()); err != nil {
+				return err
+			}
+			if err := <-errc; err != nil {
+				return err
+			}
+			continue
+		}
+		// Receives go first: a peer may notify as soon as it is connected.
+		f.byQPN[p.qp.Num()] = p
+		if err := f.postRecvs(p, p.qp, recvDepth); err != nil {
+			return err
+		}
+		if err := p.qp.Connect(hellos[r].Endpoints[f.rank]); err != nil {
+			return fmt.Errorf("transport: connecting to rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// postRecvs posts n zero-length receives: notifications carry only their
+// immediate data.
+func (f *Fabric) postRecvs(p *peer, qp verbs.QP, n int) error {
+	for i := 0; i < n; i++ {
+		if _, err := qp.PostRecv(&p.recvWR); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Rank is this rank's number, Size the job's.
+func (f *Fabric) Rank() int { return f.rank }
+
+// Size is the number of ranks in the job.
+func (f *Fabric) Size() int { return f.size }
+
+// PD is the protection domain regions must be registered in.
+func (f *Fabric) PD() verbs.PD { return f.pd }
+
+// Device describes the device in use.
+func (f *Fabric) Device() verbs.DeviceAttr { return f.ctx.Attr() }
+
+// Timeout is the bound on blocking waits (0: none).
+func (f *Fabric) Timeout() time.Duration { return f.timeout }
+
+// Err returns the sticky error of rank r's connection, or nil.
+func (f *Fabric) Err(r int) error {
+	if e := f.peers[r].err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// Post posts one send request to rank r. The fabric sets its ID and
+// signals it when asked or every so often, so that the send queue drains;
+// it returns the request's sequence number, which Wait accepts. wr.Next
+// must be nil.
+func (f *Fabric) Post(r int, wr *verbs.SendWR) (uint64, error) {
+	p := f.peers[r]
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	return f.postLocked(p, wr)
+}
+
+func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
+	if err := f.Err(p.rank); err != nil {
+		return 0, err
+	}
+	if f.closed.Load() {
+		return 0, ErrClosed
+	}
+	seq := p.posted.Load() + 1
+	if seq-p.done.Load() >= sendDepth-1 {
+		// The queue is full: reclaim it by waiting for the last signalled
+		// request. Signalling every signalGap requests guarantees there is
+		// one well inside the queue.
+		target := p.lastSignaled
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, p.rank); err != nil {
+			return 0, err
+		}
+	}
+	if seq-p.lastSignaled >= signalGap {
+		wr.Flags |= verbs.Signaled
+	}
+	if wr.Flags&verbs.Signaled != 0 {
+		p.lastSignaled = seq
+	}
+	wr.ID = seq<<16 | uint64(p.rank)
+	if _, err := p.qp.PostSend(wr); err != nil {
+		return 0, fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
+	}
+	p.posted.Store(seq)
+	return seq, nil
+}
+
+// Wait waits until request seq to rank r has completed.
+func (f *Fabric) Wait(r int, seq uint64) error {
+	p := f.peers[r]
+	if p.done.Load() >= seq {
+		return f.Err(r)
+	}
+	return f.waitFor(func() bool { return p.done.Load() >= seq }, r)
+}
+
+// Flush waits until every request posted to rank r so far has completed
+// at the target (remote completion).
+func (f *Fabric) Flush(r int) error {
+	p := f.peers[r]
+	p.postMu.Lock()
+	target := p.posted.Load()
+	if p.done.Load() >= target {
+		p.postMu.Unlock()
+		return f.Err(r)
+	}
+	if p.lastSignaled < target {
+		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
+		seq, err := f.postLocked(p, &p.flushWR)
+		if err != nil {
+			p.postMu.Unlock()
+			return err
+		}
+		target = seq
+	}
+	p.postMu.Unlock()
+	return f.waitFor(func() bool { return p.done.Load() >= target }, r)
+}
+
+// FlushAll flushes every peer, the rank itself included.
+func (f *Fabric) FlushAll() error {
+	var errs []error
+	for r := range f.peers {
+		if err := f.Flush(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Notify sends rank r a notification carrying tag, ordered after every
+// request posted to r before it: when r sees the tag, it sees their effects.
+func (f *Fabric) Notify(r int, tag uint32) error {
+	wr := verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag}
+	_, err := f.Post(r, &wr)
+	return err
+}
+
+// WaitNotify waits until count notifications with tag have arrived (from
+// any ranks) and consumes them. from lists the ranks expected to send them:
+// if one of them fails, the wait fails instead of hanging.
+func (f *Fabric) WaitNotify(tag uint32, count int, from func(yield func(int) bool)) error {
+	err := f.waitFor(func() bool { return f.notes[tag] >= count }, -1, from)
+	if err == nil {
+		f.mu.Lock()
+		f.notes[tag] -= count
+		f.mu.Unlock()
+	}
+	return err
+}
+
+// TestNotify consumes count notifications with tag if they have arrived,
+// making progress once without blocking.
+func (f *Fabric) TestNotify(tag uint32, count int) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.polling {
+		n, err := f.cq.Poll(f.wcs)
+		if err != nil {
+			return false, err
+		}
+		f.dispatch(f.wcs[:n])
+	}
+	if f.notes[tag] >= count {
+		f.notes[tag] -= count
+		return true, nil
+	}
+	return false, nil
+}
+
+// waitFor makes progress until cond holds (checked under f.mu). It fails
+// if rank r's connection fails (r < 0: none in particular; the optional
+// from lists ranks whose failure also ends the wait), or on timeout.
+func (f *Fabric) waitFor(cond func() bool, r int, from ...func(yield func(int) bool)) error {
+	var deadline time.Time
+	if f.timeout > 0 {
+		deadline = time.Now().Add(f.timeout)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		if cond() {
+			return nil
+		}
+		if f.failed != nil {
+			return f.failed
+		}
+		if r >= 0 {
+			if err := f.Err(r); err != nil {
+				return err
+			}
+		}
+		for _, seq := range from {
+			for pr := range seq {
+				if err := f.Err(pr); err != nil {
+					return err
+				}
+			}
+		}
+		if f.polling {
+			f.cond.Wait()
+			continue
+		}
+		f.polling = true
+		f.mu.Unlock()
+		n, err := f.cq.Wait(f.wcs, deadline)
+		f.mu.Lock()
+		f.polling = false
+		f.dispatch(f.wcs[:n])
+		f.cond.Broadcast()
+		if errors.Is(err, verbs.ErrTimeout) {
+			if !cond() {
+				return fmt.Errorf("%w after %v", ErrTimeout, f.timeout)
+			}
+		} else if err != nil {
+			f.failed = fmt.Errorf("transport: completion queue: %w", err)
+		}
+	}
+}
+
+// dispatch records completions; f.mu held.
+func (f *Fabric) dispatch(wcs []verbs.WC) {
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.Op == verbs.OpRecv || wc.Op == verbs.OpRecvImm {
+			p := f.byQPN[wc.QPN]
+			if p == nil {
+				continue
+			}
+			if wc.Status != verbs.StatusSuccess {
+				f.setErr(p, wc)
+				continue
+			}
+			f.notes[wc.Imm]++
+			qp := p.qp
+			if p.selfRx != nil {
+				qp = p.selfRx
+			}
+			// A failed repost means the queue pair is in error; its
+			// error completions say why.
+			qp.PostRecv(&p.recvWR)
+			continue
+		}
+		r := int(wc.ID & 0xffff)
+		if r >= len(f.peers) {
+			continue
+		}
+		p := f.peers[r]
+		if wc.Status != verbs.StatusSuccess {
+			f.setErr(p, wc)
+			continue
+		}
+		if seq := wc.ID >> 16; seq > p.done.Load() {
+			p.done.Store(seq)
+		}
+	}
+}
+
+// setErr records a failed completion as the peer's sticky error. The cause
+// (a remote access error, say) wins over the flushes that follow it.
+func (f *Fabric) setErr(p *peer, wc *verbs.WC) {
+	if f.closed.Load() {
+		return
+	}
+	e := fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, wc.Err())
+	if old := p.err.Load(); old == nil || (errors.Is(*old, verbs.ErrFlushed) && wc.Status != verbs.StatusFlushed) {
+		p.err.Store(&e)
+	}
+}
+
+// Barrier returns once every rank has entered it. It is built on
+// notifications: each rank notifies every other and waits for all of them.
+// Everything a rank posted before the barrier is visible at its targets
+// after it (each notification is ordered after the requests before it), but
+// gets (reads) are complete only once Flush says so.
+func (f *Fabric) Barrier() error {
+	f.barSeq++
+	return f.TagBarrier(MakeTag(TagWorld, 0, f.barSeq))
+}
+
+// TagBarrier is a barrier whose notifications carry tag, so that barriers
+// of independent objects (windows) never take each other's notifications.
+// Callers alternate tags between consecutive barriers (MakeTag's seq does):
+// no rank can be more than one barrier ahead of another.
+func (f *Fabric) TagBarrier(tag uint32) error {
+	for i := 1; i < f.size; i++ {
+		if err := f.Notify((f.rank+i)%f.size, tag); err != nil {
+			return err
+		}
+	}
+	return f.WaitNotify(tag, f.size-1, f.others)
+}
+
+func (f *Fabric) others(yield func(int) bool) {
+	for r := range f.size {
+		if r != f.rank && !yield(r) {
+			return
+		}
+	}
+}
+
+// Tag kinds.
+const (
+	TagWorld  = 1 // world barrier
+	TagGather = 2 // allgather
+	TagFence  = 3 // window fence
+	TagUser   = 8 // first kind free for higher layers
+)
+
+// MakeTag builds a notification tag from a kind (4 bits), an object id
+// (16 bits) and a sequence number, of which only the parity is kept.
+func MakeTag(kind uint8, id uint16, seq uint32) uint32 {
+	return uint32(kind&0xf)<<28 | uint32(id)<<12 | seq&1
+}
+
+// Allgather gives every rank's data (at most 64 bytes each) to every rank,
+// through RDMA writes into the world control region and a barrier. It is
+// collective. out[r] receives rank r's bytes.
+func (f *Fabric) Allgather(mine []byte, out [][]byte) error {
+	if len(mine) > gatherSlot {
+		return fmt.Errorf("transport: allgather of %d bytes (max %d)", len(mine), gatherSlot)
+	}
+	f.gatherSeq++
+	half := f.gatherSeq % 2
+	slotOff := func(r int) int { return (half*f.size + r) * gatherSlot }
+	ctrl := f.ctrl.Bytes()
+	src := ctrl[slotOff(f.rank) : slotOff(f.rank)+gatherSlot]
+	clear(src)
+	copy(src, mine)
+	for r := range f.size {
+		if r == f.rank {
+			continue
+		}
+		wr := verbs.SendWR{
+			Op:         verbs.OpWrite,
+			SGL:        []verbs.SGE{{Addr: f.ctrlMR.Addr() + uint64(slotOff(f.rank)), Length: gatherSlot, LKey: f.ctrlMR.LKey()}},
+			RemoteAddr: f.ctrlPeers[r].Addr + uint64(slotOff(f.rank)),
+			RKey:       f.ctrlPeers[r].RKey,
+		}
+		if _, err := f.Post(r, &wr); err != nil {
+			return err
+		}
+	}
+	if err := f.TagBarrier(MakeTag(TagGather, 0, uint32(f.gatherSeq))); err != nil {
+		return err
+	}
+	for r := range f.size {
+		copy(out[r], ctrl[slotOff(r):slotOff(r)+gatherSlot])
+	}
+	return nil
+}
+
+// Close tears the fabric down. It is not collective; call Barrier first
+// for an orderly end, since peers see this rank's connections close.
+func (f *Fabric) Close() error {
+	if f.closed.Swap(true) {
+		return nil
+	}
+	for _, p := range f.peers {
+		if p == nil {
+			continue
+		}
+		if p.qp != nil {
+			p.qp.Close()
+		}
+		if p.selfRx != nil {
+			p.selfRx.Close()
+		}
+	}
+	if f.ctrlMR != nil {
+		f.ctrlMR.Dereg()
+	}
+	if f.ctrl != nil {
+		f.ctrl.Free()
+	}
+	if f.cq != nil {
+		f.cq.Close()
+	}
+	if f.pd != nil {
+		f.pd.Close()
+	}
+	if f.ctx != nil {
+		return f.ctx.Close()
+	}
+	return nil
+}
+
+// Memory is page-aligned memory outside the Go heap (an anonymous
+// mapping), for allocated windows: it never moves and the garbage collector
+// never scans it.
+type Memory struct {
+	b []byte
+}
+
+// AllocMemory maps n bytes (rounded up to pages) of zeroed memory.
+func AllocMemory(n int) (*Memory, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("transport: allocating %d bytes", n)
+	}
+	page := os.Getpagesize()
+	size := (n + page - 1) / page * page
+	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("transport: mmap %d bytes: %w", size, err)
+	}
+	return &Memory{b: b[:n]}, nil
+}
+
+// Bytes is the memory.
+func (m *Memory) Bytes() []byte { return m.b }
+
+// Ptr is the address of the first byte.
+func (m *Memory) Ptr() unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(m.b)) }
+
+// Free unmaps the memory; it must be deregistered first.
+func (m *Memory) Free() error {
+	if m.b == nil {
+		return nil
+	}
+	b := m.b[:cap(m.b)]
+	m.b = nil
+	return syscall.Munmap(b)
+}

@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/rmago/rmago/internal/launch"
+	"github.com/rmago/rmago/verbs"
+)
+
+// openJob opens n fabrics in this process, one per goroutine, over real
+// loopback sockets, and runs fn on each.
+func openJob(t *testing.T, n int, fn func(f *Fabric) error) {
+	t.Helper()
+	port, err := launch.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretHex, _ := launch.NewSecret()
+	secret, _ := hex.DecodeString(secretHex)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := Rendezvous(RendezvousConfig{Rank: r, Size: n, Rendezvous: fmt.Sprintf("127.0.0.1:%d", port), Secret: secret, Addr: "127.0.0.1"})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			f, err := Open(b, Options{Provider: "soft"})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer f.Close()
+			errs[r] = fn(f)
+			if errs[r] == nil {
+				errs[r] = f.Barrier()
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func TestBarrierAndAllgather(t *testing.T) {
+	for _, n := range []int{1, 2, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			openJob(t, n, func(f *Fabric) error {
+				for it := range 20 {
+					if err := f.Barrier(); err != nil {
+						return err
+					}
+					out := make([][]byte, f.Size())
+					for i := range out {
+						out[i] = make([]byte, 16)
+					}
+					if err := f.Allgather([]byte(fmt.Sprintf("r%d-i%d", f.Rank(), it)), out); err != nil {
+						return err
+					}
+					for r := range out {
+						want := fmt.Sprintf("r%d-i%d", r, it)
+						if !bytes.HasPrefix(out[r], []byte(want)) {
+							return fmt.Errorf("iteration %d: slot %d = %q, want %q", it, r, out[r], want)
+						}
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func TestFlushAfterManyUnsignaled(t *testing.T) {
+	openJob(t, 3, func(f *Fabric) error {
+		mem, err := AllocMemory(4096)
+		if err != nil {
+			return err
+		}
+		defer mem.Free()
+		mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
+		if err != nil {
+			return err
+		}
+		defer mr.Dereg()
+		desc := make([]byte, 12)
+		putU64(desc, mr.Addr())
+		putU32(desc[8:], mr.RKey())
+		all := make([][]byte, f.Size())
+		for i := range all {
+			all[i] = make([]byte, 12)
+		}
+		if err := f.Allgather(desc, all); err != nil {
+			return err
+		}
+		// Every rank adds 1 to a counter at every rank (itself included), 3*sendDepth times.
+		src := mem.Bytes()[8:16]
+		putU64(src, 1)
+		for i := 0; i < 3*sendDepth; i++ {
+			for r := range f.Size() {
+				wr := verbs.SendWR{Op: verbs.OpFetchAdd, SGL: []verbs.SGE{{Addr: mr.Addr() + 16, Length: 8, LKey: mr.LKey()}}, RemoteAddr: getU64(all[r]), RKey: getU32(all[r][8:]), CompareAdd: 1}
+				if _, err := f.Post(r, &wr); err != nil {
+					return err
+				}
+			}
+		}
+		if err := f.FlushAll(); err != nil {
+			return err
+		}
+		if err := f.Barrier(); err != nil {
+			return err
+		}
+		if got, want := getU64(mem.Bytes()), uint64(3*sendDepth*f.Size()); got != want {
+			return fmt.Errorf("counter %d, want %d", got, want)
+		}
+		// A bad rkey fails that connection with a remote access error (here
+		// rank 0's loopback connection, so the others go on).
+		if f.Rank() == 0 {
+			wr := verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}, RemoteAddr: getU64(all[0]), RKey: getU32(all[0][8:]) ^ 0x30000}
+			if _, err := f.Post(0, &wr); err != nil {
+				return err
+			}
+			if err := f.Flush(0); !errors.Is(err, verbs.ErrRemoteAccess) || !errors.Is(err, ErrPeer) {
+				return fmt.Errorf("flush after a bad rkey: %v", err)
+			}
+		}
+		return nil
+	})
+}
+
+func putU64(b []byte, v uint64) {
+	for i := range 8 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+func putU32(b []byte, v uint32) {
+	for i := range 4 {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+func getU64(b []byte) (v uint64) {
+	for i := range 8 {
+		v |= uint64(b[i]) << (8 * i)
+	}
+	return
+}
+func getU32(b []byte) (v uint32) {
+	for i := range 4 {
+		v |= uint32(b[i]) << (8 * i)
+	}
+	return
+}
