@@ -1,0 +1,142 @@
+package ibv
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// Environment variables that steer device selection when a caller opens
+// the provider's default device (verbs.Open("ibv", "", cfg)).
+const (
+	// EnvDevice names the RDMA device to use, e.g. "mlx5_0" or "rxe0".
+	EnvDevice = "RMAGO_DEVICE"
+	// EnvNetDev names a network interface; the RDMA device on it is used.
+	// EnvDevice wins when both are set.
+	EnvNetDev = "RMAGO_NETDEV"
+)
+
+// SysPort is one port of an RDMA device as sysfs shows it.
+type SysPort struct {
+	Num       int    // port number, from 1
+	State     string // "ACTIVE", "DOWN", "INIT", ...
+	LinkLayer string // "InfiniBand" or "Ethernet"
+}
+
+// Active reports whether the port is up.
+func (p SysPort) Active() bool { return p.State == "ACTIVE" }
+
+// SysDevice is an RDMA device found in sysfs (/sys/class/infiniband),
+// without opening it.
+type SysDevice struct {
+	Name    string    // device name, e.g. "mlx5_0" or "rxe0"
+	NetDevs []string  // network interfaces the device sits on, sorted
+	Ports   []SysPort // its ports, by number
+	UVerbs  string    // user verbs character device (/dev/infiniband/uverbsN), "" when absent
+}
+
+// Usable reports whether a process could use the device: its user verbs
+// character device exists and at least one port is active.
+func (d SysDevice) Usable() bool {
+	if d.UVerbs == "" {
+		return false
+	}
+	for _, p := range d.Ports {
+		if p.Active() {
+			return true
+		}
+	}
+	return false
+}
+
+// SysDevices lists the RDMA devices in sysfs, sorted by name. A host
+// without RDMA support yields an empty list and no error.
+func SysDevices() ([]SysDevice, error) {
+	devs := sysDevices()
+	slices.SortFunc(devs, func(a, b SysDevice) int { return strings.Compare(a.Name, b.Name) })
+	return devs, nil
+}
+
+// DefaultDevice picks the device verbs.Open("ibv", "", ...) opens: the one
+// named by $RMAGO_DEVICE, else the one on interface $RMAGO_NETDEV, else
+// the first usable device, else the first device. The error wraps
+// verbs.ErrNoDevice.
+func DefaultDevice() (string, error) {
+	devs, _ := SysDevices()
+	return selectDevice(devs, os.Getenv(EnvDevice), os.Getenv(EnvNetDev))
+}
+
+func selectDevice(devs []SysDevice, name, netdev string) (string, error) {
+	if name != "" {
+		for _, d := range devs {
+			if d.Name == name {
+				return name, nil
+			}
+		}
+		return "", fmt.Errorf("%w: %s=%q not found (devices: %s)", verbs.ErrNoDevice, EnvDevice, name, deviceNames(devs))
+	}
+	if netdev != "" {
+		for _, d := range devs {
+			if slices.Contains(d.NetDevs, netdev) {
+				return d.Name, nil
+			}
+		}
+		if dev := rdmaDeviceForNetdev(netdev); dev != "" {
+			return dev, nil
+		}
+		return "", fmt.Errorf("%w: no RDMA device on %s=%q (devices: %s)", verbs.ErrNoDevice, EnvNetDev, netdev, deviceNames(devs))
+	}
+	for _, d := range devs {
+		if d.Usable() {
+			return d.Name, nil
+		}
+	}
+	if len(devs) > 0 {
+		return devs[0].Name, nil
+	}
+	return "", fmt.Errorf("%w: none in /sys/class/infiniband", verbs.ErrNoDevice)
+}
+
+func deviceNames(devs []SysDevice) string {
+	if len(devs) == 0 {
+		return "none"
+	}
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = d.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// Available reports whether the ibv provider can be used here: it was
+// compiled in (build tag ibv, Linux, cgo) and the device DefaultDevice
+// selects is usable. The transport's auto mode calls it to choose between
+// hardware verbs and the software provider; it reads sysfs only and never
+// prints anything.
+func Available() bool {
+	if !providerBuilt {
+		return false
+	}
+	devs, _ := SysDevices()
+	name, err := selectDevice(devs, os.Getenv(EnvDevice), os.Getenv(EnvNetDev))
+	if err != nil {
+		return false
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d.Usable()
+		}
+	}
+	// Found through rdmamap's netlink lookup only: trust it.
+	return true
+}
+
+// hasDevices is a cheap check run before libibverbs is touched, so that a
+// host without RDMA gets verbs.ErrNoDevice without library warnings.
+func hasDevices() bool {
+	devs, _ := SysDevices()
+	return len(devs) > 0
+}

@@ -1,0 +1,26 @@
+// Package ibv is rmago's hardware verbs provider: it implements the
+// verbs contract on libibverbs (InfiniBand, RoCE, and Soft-RoCE rdma_rxe),
+// through cgo, and registers itself as "ibv":
+//
+//	import _ "github.com/rmago/rmago/verbs/ibv"
+//	ctx, err := verbs.Open("ibv", "", verbs.Config{GIDIndex: -1})
+//
+// The cgo implementation is built only with the build tag ibv on Linux with
+// cgo enabled, and needs the libibverbs headers and library (Debian:
+// libibverbs-dev; at run time libibverbs1 and ibverbs-providers):
+//
+//	go build -tags ibv ./...
+//
+// Without the tag the package still registers "ibv", but its Devices and
+// Open return an error wrapping verbs.ErrNoDevice that says how to build
+// it. Device discovery (SysDevices, DefaultDevice, Available) reads sysfs
+// in pure Go and works in every build.
+//
+// Device selection for verbs.Open("ibv", "", ...): $RMAGO_DEVICE names the
+// device; else $RMAGO_NETDEV names a network interface whose RDMA device is
+// used; else the first device with an active port.
+//
+// Memory handed to PD.RegMR must stay put while registered: the NIC reads
+// and writes it by virtual address behind the Go runtime's back. Allocate
+// it outside the Go heap (mmap) or pin it with runtime.Pinner.
+package ibv

@@ -1,0 +1,1219 @@
+//go:build ibv && linux && cgo
+
+package ibv
+
+/*
+#cgo LDFLAGS: -libverbs
+#include <infiniband/verbs.h>
+#include <endian.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Flat, union-free request descriptors that Go fills in C memory; the post
+// helpers turn them into ibv_send_wr / ibv_recv_wr chains and post them, all
+// in one cgo call.
+typedef struct {
+	uint64_t wr_id;
+	uint64_t remote_addr;
+	uint64_t compare_add;
+	uint64_t swap;
+	uint32_t rkey;
+	uint32_t imm;      // host byte order; converted here
+	uint32_t opcode;   // enum ibv_wr_opcode
+	uint32_t flags;    // enum ibv_send_flags
+	uint32_t num_sge;
+	uint32_t pad;
+} rg_swr;
+
+typedef struct {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	uint32_t pad;
+} rg_rwr;
+
+// Flat work completion, imm in host byte order.
+typedef struct {
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t byte_len;
+	uint32_t imm;
+	uint32_t qp_num;
+	uint32_t has_imm;
+} rg_wc;
+
+// rg_post_send returns 0, or the error code in the low 32 bits and the
+// index of the first request not posted in the high 32 (no out-parameter:
+// a pointer to a Go local would make it escape to the heap).
+static int64_t rg_post_send(struct ibv_qp *qp, const rg_swr *d, int n, struct ibv_sge *sges,
+		struct ibv_send_wr *wrs) {
+	struct ibv_sge *sg = sges;
+	for (int i = 0; i < n; i++) {
+		struct ibv_send_wr *w = &wrs[i];
+		memset(w, 0, sizeof *w);
+		w->wr_id = d[i].wr_id;
+		w->next = i + 1 < n ? &wrs[i + 1] : NULL;
+		w->sg_list = sg;
+		w->num_sge = (int)d[i].num_sge;
+		sg += d[i].num_sge;
+		w->opcode = (enum ibv_wr_opcode)d[i].opcode;
+		w->send_flags = d[i].flags;
+		switch (w->opcode) {
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+			w->imm_data = htobe32(d[i].imm);
+			// fall through
+		case IBV_WR_RDMA_WRITE:
+		case IBV_WR_RDMA_READ:
+			w->wr.rdma.remote_addr = d[i].remote_addr;
+			w->wr.rdma.rkey = d[i].rkey;
+			break;
+		case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		case IBV_WR_ATOMIC_CMP_AND_SWP:
+			w->wr.atomic.remote_addr = d[i].remote_addr;
+			w->wr.atomic.rkey = d[i].rkey;
+			w->wr.atomic.compare_add = d[i].compare_add;
+			w->wr.atomic.swap = d[i].swap;
+			break;
+		default:
+			break;
+		}
+	}
+	struct ibv_send_wr *bad = NULL;
+	int rc = ibv_post_send(qp, wrs, &bad);
+	if (!rc) return 0;
+	return (int64_t)(uint32_t)rc | ((int64_t)(bad ? bad - wrs : 0) << 32);
+}
+
+// rg_post_recv returns like rg_post_send.
+static int64_t rg_post_recv(struct ibv_qp *qp, const rg_rwr *d, int n, struct ibv_sge *sges,
+		struct ibv_recv_wr *wrs) {
+	struct ibv_sge *sg = sges;
+	for (int i = 0; i < n; i++) {
+		struct ibv_recv_wr *w = &wrs[i];
+		w->wr_id = d[i].wr_id;
+		w->next = i + 1 < n ? &wrs[i + 1] : NULL;
+		w->sg_list = sg;
+		w->num_sge = (int)d[i].num_sge;
+		sg += d[i].num_sge;
+	}
+	struct ibv_recv_wr *bad = NULL;
+	int rc = ibv_post_recv(qp, wrs, &bad);
+	if (!rc) return 0;
+	return (int64_t)(uint32_t)rc | ((int64_t)(bad ? bad - wrs : 0) << 32);
+}
+
+// rg_poll polls up to n completions into raw and flattens them into out.
+static int rg_poll(struct ibv_cq *cq, int n, struct ibv_wc *raw, rg_wc *out) {
+	int k = ibv_poll_cq(cq, n, raw);
+	for (int i = 0; i < k; i++) {
+		out[i].wr_id = raw[i].wr_id;
+		out[i].status = raw[i].status;
+		out[i].opcode = raw[i].opcode;
+		out[i].byte_len = raw[i].byte_len;
+		out[i].qp_num = raw[i].qp_num;
+		out[i].has_imm = (raw[i].wc_flags & IBV_WC_WITH_IMM) != 0;
+		out[i].imm = out[i].has_imm ? be32toh(raw[i].imm_data) : 0;
+	}
+	return k;
+}
+
+static const char *rg_dev_name(struct ibv_device **l, int i) { return ibv_get_device_name(l[i]); }
+static struct ibv_device *rg_dev_at(struct ibv_device **l, int i) { return l[i]; }
+
+// ibv_query_port is a macro.
+static int rg_query_port(struct ibv_context *c, int port, struct ibv_port_attr *a) {
+	return ibv_query_port(c, (uint8_t)port, a);
+}
+
+// rg_query_gid reads GID table entry idx: its 16 bytes and type
+// (IBV_GID_TYPE_*). Returns 0 on success.
+static int rg_query_gid(struct ibv_context *c, int port, int idx, uint8_t *gid, int *type) {
+	struct ibv_gid_entry e;
+	memset(&e, 0, sizeof e);
+	int rc = ibv_query_gid_ex(c, (uint32_t)port, (uint32_t)idx, &e, 0);
+	if (rc) {
+		// Older kernels: plain GID, type unknown.
+		union ibv_gid g;
+		if (ibv_query_gid(c, (uint8_t)port, idx, &g)) return rc;
+		memcpy(gid, g.raw, 16);
+		*type = -1;
+		return 0;
+	}
+	memcpy(gid, e.gid.raw, 16);
+	*type = (int)e.gid_type;
+	return 0;
+}
+
+static struct ibv_qp *rg_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+		int max_send_wr, int max_recv_wr, int max_sge, int max_inline, struct ibv_qp_cap *cap) {
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.send_cq = scq;
+	a.recv_cq = rcq;
+	a.qp_type = IBV_QPT_RC;
+	a.sq_sig_all = 0;
+	a.cap.max_send_wr = (uint32_t)max_send_wr;
+	a.cap.max_recv_wr = (uint32_t)max_recv_wr;
+	a.cap.max_send_sge = (uint32_t)max_sge;
+	a.cap.max_recv_sge = (uint32_t)max_sge;
+	a.cap.max_inline_data = (uint32_t)max_inline;
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	if (qp) *cap = a.cap;
+	return qp;
+}
+
+// rg_probe_inline finds the largest inline size the device grants a small
+// RC queue pair, trying 1024 bytes and halving; -1 if none works.
+static int rg_probe_inline(struct ibv_context *c) {
+	struct ibv_pd *pd = ibv_alloc_pd(c);
+	if (!pd) return -1;
+	struct ibv_cq *cq = ibv_create_cq(c, 4, NULL, NULL, 0);
+	if (!cq) { ibv_dealloc_pd(pd); return -1; }
+	static const int tries[] = {1024, 512, 256, 128, 64, 32, 0};
+	int got = -1;
+	for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+		struct ibv_qp_cap cap;
+		struct ibv_qp *qp = rg_create_qp(pd, cq, cq, 4, 4, 1, tries[i], &cap);
+		if (qp) {
+			got = (int)cap.max_inline_data;
+			ibv_destroy_qp(qp);
+			break;
+		}
+	}
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	return got;
+}
+
+static int rg_qp_init(struct ibv_qp *qp, int port, int access) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = (uint8_t)port;
+	a.qp_access_flags = (unsigned)access;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static int rg_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t dqpn, uint32_t rq_psn,
+		int max_dest_rd_atomic, int min_rnr_timer, uint16_t dlid,
+		int global, const uint8_t *dgid, int sgid_index) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = (enum ibv_mtu)mtu;
+	a.dest_qp_num = dqpn;
+	a.rq_psn = rq_psn;
+	a.max_dest_rd_atomic = (uint8_t)max_dest_rd_atomic;
+	a.min_rnr_timer = (uint8_t)min_rnr_timer;
+	a.ah_attr.dlid = dlid;
+	a.ah_attr.sl = 0;
+	a.ah_attr.src_path_bits = 0;
+	a.ah_attr.port_num = (uint8_t)port;
+	if (global) {
+		a.ah_attr.is_global = 1;
+		memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
+		a.ah_attr.grh.sgid_index = (uint8_t)sgid_index;
+		a.ah_attr.grh.hop_limit = 64;
+		a.ah_attr.grh.flow_label = 0;
+		a.ah_attr.grh.traffic_class = 0;
+	}
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+		IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+static int rg_qp_rts(struct ibv_qp *qp, uint32_t sq_psn, int max_rd_atomic, int timeout,
+		int retry_cnt, int rnr_retry) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = sq_psn;
+	a.max_rd_atomic = (uint8_t)max_rd_atomic;
+	a.timeout = (uint8_t)timeout;
+	a.retry_cnt = (uint8_t)retry_cnt;
+	a.rnr_retry = (uint8_t)rnr_retry;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+		IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
+}
+
+// rg_qp_state queries the current state of a queue pair (-errno on failure).
+static int rg_qp_state(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	int rc = ibv_query_qp(qp, &a, IBV_QP_STATE, &ia);
+	return rc ? -rc : (int)a.qp_state;
+}
+
+static struct ibv_mr *rg_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t len, int access) {
+	return ibv_reg_mr(pd, (void *)addr, len, access);
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// providerBuilt says whether the cgo libibverbs provider is compiled in.
+const providerBuilt = true
+
+const (
+	postBatch   = 64 // requests converted and posted per cgo call
+	pollBatch   = 64 // completions fetched per cgo call
+	maxRdAtomic = 16 // outstanding reads/atomics per QP (initiator and responder)
+	minRnrTimer = 12 // 0.64 ms
+	ackTimeout  = 14 // 4.096 µs * 2^14 ≈ 67 ms per transport retry
+	retryCount  = 7
+	rnrRetry    = 7 // 7 = retry forever
+)
+
+func init() { verbs.Register("ibv", provider{}) }
+
+// provider is the libibverbs verbs.Provider.
+type provider struct{}
+
+// errnoErr turns a libibverbs return code or errno into an error, wrapping
+// the verbs sentinel that best fits it.
+func errnoErr(what string, e error) error {
+	var en syscall.Errno
+	if !errors.As(e, &en) || en == 0 {
+		return fmt.Errorf("ibv: %s failed", what)
+	}
+	switch en {
+	case syscall.EINVAL, syscall.EOPNOTSUPP:
+		return fmt.Errorf("%w: %s: %v", verbs.ErrInvalid, what, en)
+	case syscall.ENOMEM:
+		return fmt.Errorf("%w: %s: %v", verbs.ErrQueueFull, what, en)
+	}
+	return fmt.Errorf("ibv: %s: %w", what, en)
+}
+
+func rcErr(what string, rc C.int) error {
+	if rc < 0 {
+		rc = -rc
+	}
+	return errnoErr(what, syscall.Errno(rc))
+}
+
+// deviceList returns the libibverbs device list; the caller frees it.
+func deviceList() (**C.struct_ibv_device, []string, error) {
+	if !hasDevices() {
+		return nil, nil, fmt.Errorf("%w: none in /sys/class/infiniband (no RDMA hardware or rdma_rxe/siw link)", verbs.ErrNoDevice)
+	}
+	var n C.int
+	l, err := C.ibv_get_device_list(&n)
+	if l == nil {
+		return nil, nil, fmt.Errorf("%w: ibv_get_device_list: %v", verbs.ErrNoDevice, err)
+	}
+	names := make([]string, int(n))
+	for i := range names {
+		names[i] = C.GoString(C.rg_dev_name(l, C.int(i)))
+	}
+	if len(names) == 0 {
+		C.ibv_free_device_list(l)
+		return nil, nil, fmt.Errorf("%w: libibverbs lists no devices (is the provider library, e.g. ibverbs-providers, installed?)", verbs.ErrNoDevice)
+	}
+	return l, names, nil
+}
+
+// Devices lists the devices libibverbs can open, describing port 1 of each.
+func (provider) Devices() ([]verbs.DeviceAttr, error) {
+	l, names, err := deviceList()
+	if err != nil {
+		return nil, err
+	}
+	defer C.ibv_free_device_list(l)
+	var out []verbs.DeviceAttr
+	var firstErr error
+	for i, name := range names {
+		c, err := openAt(l, i, name, 1)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		out = append(out, c.attr)
+		c.Close()
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %v", verbs.ErrNoDevice, firstErr)
+	}
+	return out, nil
+}
+
+// Open opens the named device, or DefaultDevice's choice when device is "".
+// cfg.Port selects the port (0: 1) and cfg.GIDIndex the GID (-1: the RoCE v2
+// GID of an IPv4 address, else the best other one).
+func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
+	l, names, err := deviceList()
+	if err != nil {
+		return nil, err
+	}
+	defer C.ibv_free_device_list(l)
+	if device == "" {
+		if device, err = DefaultDevice(); err != nil {
+			return nil, err
+		}
+	}
+	idx := -1
+	for i, n := range names {
+		if n == device {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil, fmt.Errorf("%w: %q not found (libibverbs lists %v)", verbs.ErrNoDevice, device, names)
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = 1
+	}
+	c, err := openAt(l, idx, device, port)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.pickGID(cfg.GIDIndex); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// devContext is an open device: the verbs.Context.
+type devContext struct {
+	ctx  *C.struct_ibv_context
+	port int
+	attr verbs.DeviceAttr
+
+	maxCQE          int
+	maxQPRdAtom     int // responder resources (max_dest_rd_atomic)
+	maxQPInitRdAtom int // initiator depth (max_rd_atomic)
+	lid             uint16
+	mtuEnum         int
+	ethernet        bool
+
+	gidIndex int
+	gid      [16]byte
+	global   bool // use a GRH (RoCE, or a GID chosen on InfiniBand)
+
+	mu     sync.Mutex
+	closed bool
+}
+
+func openAt(l **C.struct_ibv_device, i int, name string, port int) (*devContext, error) {
+	ctx, err := C.ibv_open_device(C.rg_dev_at(l, C.int(i)))
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: ibv_open_device %s: %v", verbs.ErrNoDevice, name, err)
+	}
+	c := &devContext{ctx: ctx, port: port}
+	var da C.struct_ibv_device_attr
+	if rc := C.ibv_query_device(ctx, &da); rc != 0 {
+		C.ibv_close_device(ctx)
+		return nil, rcErr("ibv_query_device "+name, rc)
+	}
+	if port < 1 || port > int(da.phys_port_cnt) {
+		C.ibv_close_device(ctx)
+		return nil, fmt.Errorf("%w: %s has no port %d (ports 1..%d)", verbs.ErrInvalid, name, port, int(da.phys_port_cnt))
+	}
+	var pa C.struct_ibv_port_attr
+	if rc := C.rg_query_port(ctx, C.int(port), &pa); rc != 0 {
+		C.ibv_close_device(ctx)
+		return nil, rcErr("ibv_query_port "+name, rc)
+	}
+	c.maxCQE = int(da.max_cqe)
+	c.maxQPRdAtom = int(da.max_qp_rd_atom)
+	c.maxQPInitRdAtom = int(da.max_qp_init_rd_atom)
+	c.lid = uint16(pa.lid)
+	c.mtuEnum = int(pa.active_mtu)
+	c.ethernet = pa.link_layer == C.IBV_LINK_LAYER_ETHERNET
+	ll := "InfiniBand"
+	if c.ethernet {
+		ll = "Ethernet"
+	}
+	c.attr = verbs.DeviceAttr{
+		Name:       name,
+		Provider:   "ibv",
+		MaxMRSize:  uint64(da.max_mr_size),
+		MaxQPWR:    int(da.max_qp_wr),
+		MaxSGE:     int(da.max_sge),
+		MaxInline:  max(int(C.rg_probe_inline(ctx)), 0),
+		AtomicCap:  atomicCap(da.atomic_cap),
+		MTU:        mtuBytes(c.mtuEnum),
+		LinkLayer:  ll,
+		PortActive: pa.state == C.IBV_PORT_ACTIVE,
+	}
+	if devs, _ := SysDevices(); devs != nil {
+		for _, d := range devs {
+			if d.Name == name && len(d.NetDevs) > 0 {
+				c.attr.NetDev = d.NetDevs[0]
+			}
+		}
+	}
+	return c, nil
+}
+
+func atomicCap(a C.enum_ibv_atomic_cap) verbs.AtomicCap {
+	switch a {
+	case C.IBV_ATOMIC_HCA:
+		return verbs.AtomicHCA
+	case C.IBV_ATOMIC_GLOB:
+		return verbs.AtomicGlob
+	}
+	return verbs.AtomicNone
+}
+
+// mtuBytes converts an enum ibv_mtu to bytes.
+func mtuBytes(e int) int {
+	if e < 1 || e > 5 {
+		return 0
+	}
+	return 128 << e // 1: 256 ... 5: 4096
+}
+
+// mtuEnum converts bytes to the largest enum ibv_mtu not above them (0: none).
+func mtuEnum(b int) int {
+	for e := 5; e >= 1; e-- {
+		if b >= 128<<e {
+			return e
+		}
+	}
+	return 0
+}
+
+// pickGID chooses the source GID: index want if want >= 0, else the best
+// entry of the port's table (RoCE v2 IPv4-mapped, then other RoCE v2, then
+// any valid one). InfiniBand ports use no GRH unless an index was given.
+func (c *devContext) pickGID(want int) error {
+	var gid [16]byte
+	var typ C.int
+	if want >= 0 {
+		if rc := C.rg_query_gid(c.ctx, C.int(c.port), C.int(want), (*C.uint8_t)(unsafe.Pointer(&gid[0])), &typ); rc != 0 || gid == [16]byte{} {
+			return fmt.Errorf("%w: %s port %d has no GID at index %d", verbs.ErrInvalid, c.attr.Name, c.port, want)
+		}
+		c.gidIndex, c.gid, c.global = want, gid, true
+		return nil
+	}
+	var pa C.struct_ibv_port_attr
+	if rc := C.rg_query_port(c.ctx, C.int(c.port), &pa); rc != 0 {
+		return rcErr("ibv_query_port", rc)
+	}
+	best, bestScore := -1, 0
+	for i := 0; i < int(pa.gid_tbl_len) && i < 256; i++ {
+		if C.rg_query_gid(c.ctx, C.int(c.port), C.int(i), (*C.uint8_t)(unsafe.Pointer(&gid[0])), &typ) != 0 || gid == [16]byte{} {
+			continue
+		}
+		v4 := gid[10] == 0xff && gid[11] == 0xff && [10]byte(gid[:10]) == [10]byte{}
+		score := 1
+		switch {
+		case typ == C.IBV_GID_TYPE_ROCE_V2 && v4:
+			score = 4
+		case typ == C.IBV_GID_TYPE_ROCE_V2 && !(gid[0] == 0xfe && gid[1]&0xc0 == 0x80):
+			score = 3
+		case typ == C.IBV_GID_TYPE_ROCE_V2:
+			score = 2
+		}
+		if score > bestScore {
+			best, bestScore, c.gid = i, score, gid
+		}
+		if !c.ethernet {
+			break // InfiniBand: index 0 is the port GID
+		}
+	}
+	if best < 0 {
+		if !c.ethernet {
+			c.gidIndex = 0
+			return nil
+		}
+		return fmt.Errorf("%w: %s port %d has no valid GID (RoCE needs an IP address on its interface)", verbs.ErrNoDevice, c.attr.Name, c.port)
+	}
+	c.gidIndex = best
+	c.global = c.ethernet
+	return nil
+}
+
+// Attr describes the device and the opened port.
+func (c *devContext) Attr() verbs.DeviceAttr { return c.attr }
+
+// GIDIndex is the index of the source GID chosen at Open.
+func (c *devContext) GIDIndex() int { return c.gidIndex }
+
+func (c *devContext) live() error {
+	if c.closed {
+		return verbs.ErrClosed
+	}
+	return nil
+}
+
+// AllocPD allocates a protection domain.
+func (c *devContext) AllocPD() (verbs.PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.live(); err != nil {
+		return nil, err
+	}
+	p, err := C.ibv_alloc_pd(c.ctx)
+	if p == nil {
+		return nil, errnoErr("ibv_alloc_pd", err)
+	}
+	return &pd{c: c, pd: p}, nil
+}
+
+// CreateCQ creates a completion queue of at least depth entries.
+func (c *devContext) CreateCQ(depth int) (verbs.CQ, error) {
+	if depth < 1 || depth > c.maxCQE {
+		return nil, fmt.Errorf("%w: CQ depth %d (device max %d)", verbs.ErrInvalid, depth, c.maxCQE)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.live(); err != nil {
+		return nil, err
+	}
+	q, err := C.ibv_create_cq(c.ctx, C.int(depth), nil, nil, 0)
+	if q == nil {
+		return nil, errnoErr("ibv_create_cq", err)
+	}
+	n := min(depth, pollBatch)
+	raw := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.struct_ibv_wc{})))
+	out := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.rg_wc{})))
+	if raw == nil || out == nil {
+		C.free(raw)
+		C.free(out)
+		C.ibv_destroy_cq(q)
+		return nil, fmt.Errorf("ibv: out of C memory")
+	}
+	return &cq{c: c, cq: q, raw: (*C.struct_ibv_wc)(raw), out: unsafe.Slice((*C.rg_wc)(out), n)}, nil
+}
+
+// Close closes the device. Its PDs, CQs, QPs and MRs must be closed first.
+func (c *devContext) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return verbs.ErrClosed
+	}
+	c.closed = true
+	if rc := C.ibv_close_device(c.ctx); rc != 0 {
+		return rcErr("ibv_close_device", rc)
+	}
+	return nil
+}
+
+// pd is a protection domain.
+type pd struct {
+	c  *devContext
+	mu sync.Mutex
+	pd *C.struct_ibv_pd
+}
+
+// RegMR registers buf. Its address is handed to the device: buf must not
+// move or be freed until Dereg (allocate it with mmap or pin it).
+func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalid)
+	}
+	if access&^verbs.AccessAll != 0 {
+		return nil, fmt.Errorf("%w: access flags %#x", verbs.ErrInvalid, uint32(access))
+	}
+	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("%w: remote write or atomic access needs local write", verbs.ErrInvalid)
+	}
+	if uint64(len(buf)) > p.c.attr.MaxMRSize {
+		return nil, fmt.Errorf("%w: region of %d bytes exceeds the device's %d", verbs.ErrInvalid, len(buf), p.c.attr.MaxMRSize)
+	}
+	var acc C.int
+	if access&verbs.AccessLocalWrite != 0 {
+		acc |= C.IBV_ACCESS_LOCAL_WRITE
+	}
+	if access&verbs.AccessRemoteWrite != 0 {
+		acc |= C.IBV_ACCESS_REMOTE_WRITE
+	}
+	if access&verbs.AccessRemoteRead != 0 {
+		acc |= C.IBV_ACCESS_REMOTE_READ
+	}
+	if access&verbs.AccessRemoteAtomic != 0 {
+		acc |= C.IBV_ACCESS_REMOTE_ATOMIC
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd == nil {
+		return nil, verbs.ErrClosed
+	}
+	addr := uintptr(unsafe.Pointer(&buf[0]))
+	m, err := C.rg_reg_mr(p.pd, C.uintptr_t(addr), C.size_t(len(buf)), acc)
+	if m == nil {
+		return nil, errnoErr(fmt.Sprintf("ibv_reg_mr(%d bytes)", len(buf)), err)
+	}
+	return &mr{mr: m, buf: buf, addr: uint64(addr), lkey: uint32(m.lkey), rkey: uint32(m.rkey), access: access}, nil
+}
+
+// Close deallocates the domain; its MRs and QPs must be closed first.
+func (p *pd) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd == nil {
+		return verbs.ErrClosed
+	}
+	if rc := C.ibv_dealloc_pd(p.pd); rc != 0 {
+		return rcErr("ibv_dealloc_pd (MRs or QPs still open?)", rc)
+	}
+	p.pd = nil
+	return nil
+}
+
+// mr is a registered memory region.
+type mr struct {
+	mu     sync.Mutex
+	mr     *C.struct_ibv_mr
+	buf    []byte // keeps the memory reachable while registered
+	addr   uint64
+	lkey   uint32
+	rkey   uint32
+	access verbs.Access
+}
+
+// Addr is the virtual address of the region's first byte.
+func (m *mr) Addr() uint64 { return m.addr }
+
+// Len is the region's length.
+func (m *mr) Len() int { return len(m.buf) }
+
+// LKey is the local key.
+func (m *mr) LKey() uint32 { return m.lkey }
+
+// RKey is the remote key.
+func (m *mr) RKey() uint32 { return m.rkey }
+
+// Access is the access the region was registered with.
+func (m *mr) Access() verbs.Access { return m.access }
+
+// Dereg deregisters the region.
+func (m *mr) Dereg() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mr == nil {
+		return verbs.ErrClosed
+	}
+	if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
+		return rcErr("ibv_dereg_mr", rc)
+	}
+	m.mr, m.buf = nil, nil
+	return nil
+}
+
+// cq is a completion queue with a C-side poll buffer.
+type cq struct {
+	c   *devContext
+	mu  sync.Mutex
+	cq  *C.struct_ibv_cq
+	raw *C.struct_ibv_wc // pollBatch ibv_wc, C memory
+	out []C.rg_wc        // flattened completions, C memory
+}
+
+// statusOf maps ibv_wc_status to verbs.Status.
+var statusOf = func() (t [32]verbs.Status) {
+	for i := range t {
+		t[i] = verbs.StatusLocalError
+	}
+	t[C.IBV_WC_SUCCESS] = verbs.StatusSuccess
+	t[C.IBV_WC_WR_FLUSH_ERR] = verbs.StatusFlushed
+	t[C.IBV_WC_REM_ACCESS_ERR] = verbs.StatusRemoteAccess
+	t[C.IBV_WC_REM_OP_ERR] = verbs.StatusRemoteOp
+	t[C.IBV_WC_REM_INV_REQ_ERR] = verbs.StatusRemoteOp
+	t[C.IBV_WC_REM_INV_RD_REQ_ERR] = verbs.StatusRemoteOp
+	t[C.IBV_WC_REM_ABORT_ERR] = verbs.StatusRemoteOp
+	t[C.IBV_WC_RETRY_EXC_ERR] = verbs.StatusTransport
+	t[C.IBV_WC_BAD_RESP_ERR] = verbs.StatusTransport
+	t[C.IBV_WC_RESP_TIMEOUT_ERR] = verbs.StatusTransport
+	t[C.IBV_WC_FATAL_ERR] = verbs.StatusTransport
+	t[C.IBV_WC_INV_EECN_ERR] = verbs.StatusTransport
+	t[C.IBV_WC_INV_EEC_STATE_ERR] = verbs.StatusTransport
+	t[C.IBV_WC_RNR_RETRY_EXC_ERR] = verbs.StatusRNR
+	return t
+}()
+
+func opOf(o uint32) verbs.Opcode {
+	switch o {
+	case C.IBV_WC_SEND:
+		return verbs.OpSend
+	case C.IBV_WC_RDMA_WRITE:
+		return verbs.OpWrite
+	case C.IBV_WC_RDMA_READ:
+		return verbs.OpRead
+	case C.IBV_WC_COMP_SWAP:
+		return verbs.OpCompareSwap
+	case C.IBV_WC_FETCH_ADD:
+		return verbs.OpFetchAdd
+	case C.IBV_WC_RECV:
+		return verbs.OpRecv
+	case C.IBV_WC_RECV_RDMA_WITH_IMM:
+		return verbs.OpRecvImm
+	}
+	return 0
+}
+
+// Poll moves up to len(wc) completions (at most 64 per call) into wc.
+func (q *cq) Poll(wc []verbs.WC) (int, error) {
+	if len(wc) == 0 {
+		return 0, nil
+	}
+	q.mu.Lock()
+	if q.cq == nil {
+		q.mu.Unlock()
+		return 0, verbs.ErrClosed
+	}
+	n := min(len(wc), len(q.out))
+	k := int(C.rg_poll(q.cq, C.int(n), q.raw, &q.out[0]))
+	for i := 0; i < k; i++ {
+		s := &q.out[i]
+		st := uint32(s.status)
+		w := &wc[i]
+		w.ID = uint64(s.wr_id)
+		w.Status = verbs.StatusLocalError
+		if st < uint32(len(statusOf)) {
+			w.Status = statusOf[st]
+		}
+		w.Op = opOf(uint32(s.opcode))
+		w.ByteLen = uint32(s.byte_len)
+		w.Imm = uint32(s.imm)
+		w.HasImm = s.has_imm != 0
+		w.QPN = uint32(s.qp_num)
+	}
+	q.mu.Unlock()
+	if k < 0 {
+		return 0, fmt.Errorf("ibv: ibv_poll_cq returned %d", k)
+	}
+	return k, nil
+}
+
+// Wait polls until a completion arrives or the deadline passes: a short
+// busy spin, then yielding to the scheduler, then sleeps growing to 1 ms.
+func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
+	const spins, yields = 256, 256
+	var sleep time.Duration
+	for i := 0; ; i++ {
+		n, err := q.Poll(wc)
+		if n > 0 || err != nil || len(wc) == 0 {
+			return n, err
+		}
+		if i < spins {
+			continue
+		}
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return 0, verbs.ErrTimeout
+		}
+		if i < spins+yields {
+			runtime.Gosched()
+			continue
+		}
+		sleep = min(max(2*sleep, 5*time.Microsecond), time.Millisecond)
+		if !deadline.IsZero() {
+			sleep = min(sleep, deadline.Sub(now))
+		}
+		time.Sleep(sleep)
+	}
+}
+
+// Close destroys the queue; its QPs must be closed first.
+func (q *cq) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cq == nil {
+		return verbs.ErrClosed
+	}
+	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
+		return rcErr("ibv_destroy_cq (QPs still attached?)", rc)
+	}
+	q.cq = nil
+	C.free(unsafe.Pointer(q.raw))
+	C.free(unsafe.Pointer(&q.out[0]))
+	q.raw, q.out = nil, nil
+	return nil
+}
+
+// QP states as this provider tracks them.
+const (
+	qpInit = iota
+	qpRTS
+	qpClosed
+)
+
+// qp is an RC queue pair with C-side buffers for building requests.
+type qp struct {
+	c         *devContext
+	qp        *C.struct_ibv_qp
+	num       uint32
+	psn       uint32
+	maxSGE    int
+	maxInline int
+	maxSend   int
+	maxRecv   int
+
+	sendMu sync.Mutex // guards the send buffers and state
+	state  int
+	sd     []C.rg_swr
+	ssg    []C.struct_ibv_sge
+	swr    *C.struct_ibv_send_wr
+
+	recvMu sync.Mutex // guards the receive buffers
+	rd     []C.rg_rwr
+	rsg    []C.struct_ibv_sge
+	rwr    *C.struct_ibv_recv_wr
+}
+
+// cAlloc allocates n zeroed elements of size sz in C memory.
+func cAlloc(n int, sz uintptr) unsafe.Pointer {
+	p := C.calloc(C.size_t(n), C.size_t(sz))
+	if p == nil {
+		panic("ibv: out of C memory")
+	}
+	return p
+}
+
+// CreateQP creates an RC queue pair in the INIT state, with remote read,
+// write and atomic access allowed (regions still decide).
+func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
+	scq, ok1 := attr.SendCQ.(*cq)
+	rcq, ok2 := attr.RecvCQ.(*cq)
+	if !ok1 || !ok2 || scq == nil || rcq == nil {
+		return nil, fmt.Errorf("%w: completion queues must come from the ibv provider", verbs.ErrInvalid)
+	}
+	c := p.c
+	if scq.c != c || rcq.c != c {
+		return nil, fmt.Errorf("%w: completion queues of another device", verbs.ErrInvalid)
+	}
+	if attr.MaxSendWR < 1 || attr.MaxSendWR > c.attr.MaxQPWR || attr.MaxRecvWR < 0 || attr.MaxRecvWR > c.attr.MaxQPWR {
+		return nil, fmt.Errorf("%w: queue depths %d/%d (device max %d)", verbs.ErrInvalid, attr.MaxSendWR, attr.MaxRecvWR, c.attr.MaxQPWR)
+	}
+	nsge := max(attr.MaxSGE, 1)
+	if nsge > c.attr.MaxSGE {
+		return nil, fmt.Errorf("%w: %d SGEs (device max %d)", verbs.ErrInvalid, nsge, c.attr.MaxSGE)
+	}
+	if attr.MaxInline < 0 {
+		return nil, fmt.Errorf("%w: inline size %d", verbs.ErrInvalid, attr.MaxInline)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd == nil {
+		return nil, verbs.ErrClosed
+	}
+	var cp C.struct_ibv_qp_cap
+	var h *C.struct_ibv_qp
+	var err error
+	// The device may grant less inline data than asked for; step down.
+	for inl := min(attr.MaxInline, max(c.attr.MaxInline, 0)); ; inl /= 2 {
+		h, err = C.rg_create_qp(p.pd, scq.cq, rcq.cq, C.int(attr.MaxSendWR), C.int(max(attr.MaxRecvWR, 1)), C.int(nsge), C.int(inl), &cp)
+		if h != nil || inl == 0 {
+			break
+		}
+	}
+	if h == nil {
+		return nil, errnoErr("ibv_create_qp", err)
+	}
+	acc := C.int(C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_REMOTE_READ)
+	if c.attr.AtomicCap != verbs.AtomicNone {
+		acc |= C.IBV_ACCESS_REMOTE_ATOMIC
+	}
+	if rc := C.rg_qp_init(h, C.int(c.port), acc); rc != 0 {
+		C.ibv_destroy_qp(h)
+		return nil, rcErr("modify QP to INIT", rc)
+	}
+	q := &qp{
+		c:         c,
+		qp:        h,
+		num:       uint32(h.qp_num),
+		psn:       rand.Uint32() & 0xffffff,
+		maxSGE:    min(int(cp.max_send_sge), int(cp.max_recv_sge)),
+		maxInline: int(cp.max_inline_data),
+		maxSend:   int(cp.max_send_wr),
+		maxRecv:   int(cp.max_recv_wr),
+	}
+	q.maxSGE = max(q.maxSGE, 1)
+	sb := min(q.maxSend, postBatch)
+	q.sd = unsafe.Slice((*C.rg_swr)(cAlloc(sb, unsafe.Sizeof(C.rg_swr{}))), sb)
+	q.ssg = unsafe.Slice((*C.struct_ibv_sge)(cAlloc(sb*q.maxSGE, unsafe.Sizeof(C.struct_ibv_sge{}))), sb*q.maxSGE)
+	q.swr = (*C.struct_ibv_send_wr)(cAlloc(sb, unsafe.Sizeof(C.struct_ibv_send_wr{})))
+	rb := max(min(q.maxRecv, postBatch), 1)
+	q.rd = unsafe.Slice((*C.rg_rwr)(cAlloc(rb, unsafe.Sizeof(C.rg_rwr{}))), rb)
+	q.rsg = unsafe.Slice((*C.struct_ibv_sge)(cAlloc(rb*q.maxSGE, unsafe.Sizeof(C.struct_ibv_sge{}))), rb*q.maxSGE)
+	q.rwr = (*C.struct_ibv_recv_wr)(cAlloc(rb, unsafe.Sizeof(C.struct_ibv_recv_wr{})))
+	return q, nil
+}
+
+// Num is the queue pair number.
+func (q *qp) Num() uint32 { return q.num }
+
+// Endpoint is this side's connection information.
+func (q *qp) Endpoint() verbs.Endpoint {
+	c := q.c
+	ep := verbs.Endpoint{
+		QPN:      q.num,
+		PSN:      q.psn,
+		LID:      c.lid,
+		GIDIndex: c.gidIndex,
+		MTU:      c.attr.MTU,
+		Device:   c.attr.Name,
+	}
+	if c.global {
+		ep.GID = append([]byte(nil), c.gid[:]...)
+	}
+	return ep
+}
+
+// Connect moves the queue pair INIT → RTR → RTS against remote.
+func (q *qp) Connect(remote verbs.Endpoint) error {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	switch q.state {
+	case qpClosed:
+		return verbs.ErrClosed
+	case qpRTS:
+		return fmt.Errorf("%w: queue pair %d is already connected", verbs.ErrQPState, q.num)
+	}
+	c := q.c
+	mtu := c.mtuEnum
+	if remote.MTU > 0 {
+		if e := mtuEnum(remote.MTU); e == 0 {
+			return fmt.Errorf("%w: remote MTU %d", verbs.ErrInvalid, remote.MTU)
+		} else if e < mtu {
+			mtu = e
+		}
+	}
+	var dgid [16]byte
+	global := len(remote.GID) == 16 && [16]byte(remote.GID) != [16]byte{}
+	if global {
+		dgid = [16]byte(remote.GID)
+	} else if c.ethernet {
+		return fmt.Errorf("%w: RoCE needs the peer's GID (endpoint %+v)", verbs.ErrInvalid, remote)
+	}
+	if remote.QPN == 0 || remote.QPN > 0xffffff {
+		return fmt.Errorf("%w: remote QPN %d", verbs.ErrInvalid, remote.QPN)
+	}
+	rc := C.rg_qp_rtr(q.qp, C.int(c.port), C.int(mtu), C.uint32_t(remote.QPN), C.uint32_t(remote.PSN&0xffffff),
+		C.int(min(c.maxQPRdAtom, maxRdAtomic)), minRnrTimer, C.uint16_t(remote.LID),
+		boolInt(global), (*C.uint8_t)(unsafe.Pointer(&dgid[0])), C.int(c.gidIndex))
+	if rc != 0 {
+		return rcErr(fmt.Sprintf("modify QP %d to RTR (peer qpn %d)", q.num, remote.QPN), rc)
+	}
+	rc = C.rg_qp_rts(q.qp, C.uint32_t(q.psn), C.int(min(c.maxQPInitRdAtom, maxRdAtomic)), ackTimeout, retryCount, rnrRetry)
+	if rc != 0 {
+		return rcErr(fmt.Sprintf("modify QP %d to RTS", q.num), rc)
+	}
+	q.state = qpRTS
+	return nil
+}
+
+func boolInt(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// fillSend validates wr and writes it into descriptor d and SGE slots sg.
+// The caller has checked len(wr.SGL) against the queue pair's maximum.
+func (q *qp) fillSend(d *C.rg_swr, wr *verbs.SendWR, sg []C.struct_ibv_sge) error {
+	var op uint32
+	atomic := false
+	switch wr.Op {
+	case verbs.OpWrite:
+		op = C.IBV_WR_RDMA_WRITE
+	case verbs.OpWriteImm:
+		op = C.IBV_WR_RDMA_WRITE_WITH_IMM
+	case verbs.OpRead:
+		op = C.IBV_WR_RDMA_READ
+	case verbs.OpSend:
+		op = C.IBV_WR_SEND
+	case verbs.OpFetchAdd:
+		op, atomic = C.IBV_WR_ATOMIC_FETCH_AND_ADD, true
+	case verbs.OpCompareSwap:
+		op, atomic = C.IBV_WR_ATOMIC_CMP_AND_SWP, true
+	default:
+		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, wr.Op)
+	}
+	var flags uint32
+	if wr.Flags&verbs.Signaled != 0 {
+		flags |= C.IBV_SEND_SIGNALED
+	}
+	if wr.Flags&verbs.Fence != 0 {
+		flags |= C.IBV_SEND_FENCE
+	}
+	if atomic {
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 || wr.RemoteAddr%8 != 0 {
+			return fmt.Errorf("%w: atomics take one 8-byte SGE and an 8-byte aligned remote address", verbs.ErrInvalid)
+		}
+		if q.c.attr.AtomicCap == verbs.AtomicNone {
+			return fmt.Errorf("%w: %s has no atomic support", verbs.ErrInvalid, q.c.attr.Name)
+		}
+	}
+	if wr.Flags&verbs.Inline != 0 {
+		if atomic || wr.Op == verbs.OpRead {
+			return fmt.Errorf("%w: inline %v", verbs.ErrInvalid, wr.Op)
+		}
+		var total uint64
+		for _, s := range wr.SGL {
+			total += uint64(s.Length)
+		}
+		if total > uint64(q.maxInline) {
+			return fmt.Errorf("%w: %d inline bytes (queue pair max %d)", verbs.ErrInvalid, total, q.maxInline)
+		}
+		flags |= C.IBV_SEND_INLINE
+	}
+	for i, s := range wr.SGL {
+		sg[i].addr = C.uint64_t(s.Addr)
+		sg[i].length = C.uint32_t(s.Length)
+		sg[i].lkey = C.uint32_t(s.LKey)
+	}
+	d.wr_id = C.uint64_t(wr.ID)
+	d.remote_addr = C.uint64_t(wr.RemoteAddr)
+	d.compare_add = C.uint64_t(wr.CompareAdd)
+	d.swap = C.uint64_t(wr.Swap)
+	d.rkey = C.uint32_t(wr.RKey)
+	d.imm = C.uint32_t(wr.Imm)
+	d.opcode = C.uint32_t(op)
+	d.flags = C.uint32_t(flags)
+	d.num_sge = C.uint32_t(len(wr.SGL))
+	return nil
+}
+
+// nthSend returns the request i places after wr.
+func nthSend(wr *verbs.SendWR, i int) *verbs.SendWR {
+	for ; i > 0 && wr != nil; i-- {
+		wr = wr.Next
+	}
+	return wr
+}
+
+// postErr turns a failed ibv_post_send/recv into a verbs error.
+func (q *qp) postErr(what string, rc C.int) error {
+	switch syscall.Errno(rc) {
+	case syscall.ENOMEM:
+		return fmt.Errorf("%w: %s on QP %d", verbs.ErrQueueFull, what, q.num)
+	case syscall.EINVAL:
+		if st := C.rg_qp_state(q.qp); st == C.IBV_QPS_ERR || st == C.IBV_QPS_RESET {
+			return fmt.Errorf("%w: %s: QP %d is in the error state", verbs.ErrQPState, what, q.num)
+		}
+	}
+	return rcErr(what, rc)
+}
+
+// PostSend posts the chain in one cgo call per 64 requests. Invalid requests
+// are caught before posting: the ones before it are posted, and it is
+// returned with an error wrapping verbs.ErrInvalid.
+func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	switch q.state {
+	case qpClosed:
+		return first, verbs.ErrClosed
+	case qpInit:
+		return first, fmt.Errorf("%w: queue pair %d is not connected", verbs.ErrQPState, q.num)
+	}
+	wr := first
+	for wr != nil {
+		batch := wr
+		n, ns := 0, 0
+		var verr error
+		for wr != nil && n < len(q.sd) {
+			if len(wr.SGL) > q.maxSGE {
+				verr = fmt.Errorf("%w: %d SGEs (queue pair max %d)", verbs.ErrInvalid, len(wr.SGL), q.maxSGE)
+				break
+			}
+			if verr = q.fillSend(&q.sd[n], wr, q.ssg[ns:ns+len(wr.SGL)]); verr != nil {
+				break
+			}
+			ns += len(wr.SGL)
+			n++
+			wr = wr.Next
+		}
+		if n > 0 {
+			if r := C.rg_post_send(q.qp, &q.sd[0], C.int(n), &q.ssg[0], q.swr); r != 0 {
+				return nthSend(batch, int(r>>32)), q.postErr("ibv_post_send", C.int(int32(r)))
+			}
+		}
+		if verr != nil {
+			return wr, verr
+		}
+	}
+	return nil, nil
+}
+
+// PostRecv posts the chain of receives in one cgo call per 64 requests.
+// Receives may be posted before Connect.
+func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	if q.rd == nil {
+		return first, verbs.ErrClosed
+	}
+	wr := first
+	for wr != nil {
+		batch := wr
+		n, ns := 0, 0
+		var verr error
+		for wr != nil && n < len(q.rd) {
+			if len(wr.SGL) > q.maxSGE {
+				verr = fmt.Errorf("%w: %d SGEs (queue pair max %d)", verbs.ErrInvalid, len(wr.SGL), q.maxSGE)
+				break
+			}
+			for i, s := range wr.SGL {
+				g := &q.rsg[ns+i]
+				g.addr, g.length, g.lkey = C.uint64_t(s.Addr), C.uint32_t(s.Length), C.uint32_t(s.LKey)
+			}
+			q.rd[n].wr_id = C.uint64_t(wr.ID)
+			q.rd[n].num_sge = C.uint32_t(len(wr.SGL))
+			ns += len(wr.SGL)
+			n++
+			wr = wr.Next
+		}
+		if n > 0 {
+			if r := C.rg_post_recv(q.qp, &q.rd[0], C.int(n), &q.rsg[0], q.rwr); r != 0 {
+				for i := int(r >> 32); i > 0 && batch.Next != nil; i-- {
+					batch = batch.Next
+				}
+				return batch, q.postErr("ibv_post_recv", C.int(int32(r)))
+			}
+		}
+		if verr != nil {
+			return wr, verr
+		}
+	}
+	return nil, nil
+}
+
+// Close destroys the queue pair; outstanding requests are flushed (their
+// completions may or may not be delivered, as on hardware).
+func (q *qp) Close() error {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	if q.state == qpClosed {
+		return verbs.ErrClosed
+	}
+	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
+		return rcErr("ibv_destroy_qp", rc)
+	}
+	q.state = qpClosed
+	C.free(unsafe.Pointer(&q.sd[0]))
+	C.free(unsafe.Pointer(&q.ssg[0]))
+	C.free(unsafe.Pointer(q.swr))
+	C.free(unsafe.Pointer(&q.rd[0]))
+	C.free(unsafe.Pointer(&q.rsg[0]))
+	C.free(unsafe.Pointer(q.rwr))
+	q.sd, q.ssg, q.swr, q.rd, q.rsg, q.rwr = nil, nil, nil, nil, nil, nil
+	q.qp = nil
+	return nil
+}
