@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -598,5 +599,96 @@ func TestWriteLatency(t *testing.T) {
 		slices.Sort(lat)
 		t.Logf("%v 8 B: median %.2f µs, p99 %.2f µs (post to completion, %d iterations)", op,
 			float64(lat[iters/2].Nanoseconds())/1e3, float64(lat[iters*99/100].Nanoseconds())/1e3, iters)
+	}
+}
+
+// TestConcurrentAtomics runs fetch-adds from several queue pairs, each
+// driven by its own goroutine, on one target word: every old value must be
+// seen exactly once.
+func TestConcurrentAtomics(t *testing.T) {
+	ctx := openOrSkip(t)
+	if ctx.Attr().AtomicCap == verbs.AtomicNone {
+		t.Skip("device without atomics")
+	}
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Close() })
+	const workers, iters = 4, 300
+	target := mmapBuf(t, 4096)
+	local := mmapBuf(t, workers*iters*8)
+	tmr, err := pd.RegMR(target, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tmr.Dereg() })
+	lmr, err := pd.RegMR(local, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lmr.Dereg() })
+	type conn struct {
+		cq     verbs.CQ
+		qp, rq verbs.QP
+	}
+	conns := make([]conn, workers)
+	for i := range conns {
+		c := &conns[i]
+		if c.cq, err = ctx.CreateCQ(64); err != nil {
+			t.Fatal(err)
+		}
+		attr := verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: 16, MaxRecvWR: 1}
+		if c.qp, err = pd.CreateQP(attr); err != nil {
+			t.Fatal(err)
+		}
+		if c.rq, err = pd.CreateQP(attr); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.qp.Connect(c.rq.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.rq.Connect(c.qp.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.qp.Close(); c.rq.Close(); c.cq.Close() })
+	}
+	errs := make(chan error, workers)
+	for w := range conns {
+		go func() {
+			c := conns[w]
+			wc := make([]verbs.WC, 1)
+			for i := range iters {
+				off := uint64(8 * (w*iters + i))
+				wr := verbs.SendWR{ID: off, Op: verbs.OpFetchAdd, Flags: verbs.Signaled,
+					SGL:        []verbs.SGE{{Addr: lmr.Addr() + off, Length: 8, LKey: lmr.LKey()}},
+					RemoteAddr: tmr.Addr() + 8, RKey: tmr.RKey(), CompareAdd: 1}
+				if _, err := c.qp.PostSend(&wr); err != nil {
+					errs <- err
+					return
+				}
+				if n, err := c.cq.Wait(wc, time.Now().Add(waitFor)); n != 1 || err != nil || wc[0].Status != verbs.StatusSuccess || wc[0].ID != off {
+					errs <- fmt.Errorf("worker %d op %d: %d %v %+v", w, i, n, err, wc[0])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := binary.NativeEndian.Uint64(target[8:]); got != workers*iters {
+		t.Fatalf("counter %d, want %d", got, workers*iters)
+	}
+	seen := make([]bool, workers*iters)
+	for i := range seen {
+		old := binary.NativeEndian.Uint64(local[8*i:])
+		if old >= uint64(len(seen)) || seen[old] {
+			t.Fatalf("old value %d seen twice or out of range", old)
+		}
+		seen[old] = true
 	}
 }
