@@ -75,6 +75,8 @@ type peer struct {
 	done         atomic.Uint64
 	err          atomic.Pointer[error]
 	flushWR      verbs.SendWR
+	wr           verbs.SendWR // reused by the one-sided operations
+	sge          [1]verbs.SGE
 	recvWR       verbs.RecvWR
 }
 
@@ -365,12 +367,23 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 	return seq, nil
 }
 
-// Wait waits until request seq to rank r has completed.
+// Wait waits until request seq to rank r has completed. If no signalled
+// request at or after seq was posted, it posts one, since only signalled
+// requests report completion.
 func (f *Fabric) Wait(r int, seq uint64) error {
 	p := f.peers[r]
 	if p.done.Load() >= seq {
 		return f.Err(r)
 	}
+	p.postMu.Lock()
+	if p.lastSignaled < seq {
+		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
+		if _, err := f.postLocked(p, &p.flushWR); err != nil {
+			p.postMu.Unlock()
+			return err
+		}
+	}
+	p.postMu.Unlock()
 	return f.waitFor(func() bool { return p.done.Load() >= seq }, r)
 }
 
@@ -427,6 +440,22 @@ func (f *Fabric) WaitNotify(tag uint32, count int, from func(yield func(int) boo
 		f.mu.Unlock()
 	}
 	return err
+}
+
+// WaitNotifyEither waits until count notifications tagged a or b have
+// arrived in all, consumes them, and reports how many carried b. Every
+// other rank is expected to send one.
+func (f *Fabric) WaitNotifyEither(a, b uint32, count int) (int, error) {
+	err := f.waitFor(func() bool { return f.notes[a]+f.notes[b] >= count }, -1, f.others)
+	if err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	nb := min(f.notes[b], count)
+	f.notes[b] -= nb
+	f.notes[a] -= count - nb
+	return nb, nil
 }
 
 // TestNotify consumes count notifications with tag if they have arrived,
@@ -588,7 +617,8 @@ const (
 )
 
 // MakeTag builds a notification tag from a kind (4 bits), an object id
-// (16 bits) and a sequence number, of which only the parity is kept.
+// (16 bits) and a sequence number, of which only the parity is kept (bit
+// 0). Bits 1 to 11 are free for the caller's flags.
 func MakeTag(kind uint8, id uint16, seq uint32) uint32 {
 	return uint32(kind&0xf)<<28 | uint32(id)<<12 | seq&1
 }

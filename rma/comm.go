@@ -1,0 +1,140 @@
+package rma
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/rmago/rmago/transport"
+)
+
+// maxChunk bounds one work request; larger transfers are split.
+const maxChunk = 256 << 20
+
+// Put writes origin into rank target's window, starting at element disp
+// of the target's window. It returns once the request is posted; the data
+// is in the target's memory after the synchronization that ends the epoch,
+// and origin must not be modified before then.
+func (win *Window[T]) Put(origin []T, target, disp int) error {
+	return win.transfer(true, origin, target, disp)
+}
+
+// Get reads len(origin) elements of rank target's window, starting at
+// element disp, into origin. The data is in origin after the
+// synchronization that ends the epoch; do not read origin before then.
+func (win *Window[T]) Get(origin []T, target, disp int) error {
+	return win.transfer(false, origin, target, disp)
+}
+
+// PutSlice writes the whole of origin into rank target's window at
+// displacement 0.
+func (win *Window[T]) PutSlice(origin []T, target int) error { return win.Put(origin, target, 0) }
+
+// GetSlice fills the whole of origin from rank target's window at
+// displacement 0.
+func (win *Window[T]) GetSlice(origin []T, target int) error { return win.Get(origin, target, 0) }
+
+// check validates an access before anything goes on the wire.
+func (win *Window[T]) check(target, disp, count int) error {
+	if win.freed {
+		return ErrFreed
+	}
+	if target < 0 || target >= len(win.remotes) {
+		return fmt.Errorf("%w: rank %d of %d", ErrRank, target, len(win.remotes))
+	}
+	if win.epoch == epochNone {
+		return fmt.Errorf("%w: window %d to rank %d (call Fence first)", ErrNoEpoch, win.id, target)
+	}
+	if n := win.remotes[target].count; disp < 0 || count < 0 || disp > n || count > n-disp {
+		return fmt.Errorf("%w: [%d, %d) in rank %d's window of %d elements", ErrRange, disp, disp+count, target, n)
+	}
+	return nil
+}
+
+func (win *Window[T]) transfer(put bool, origin []T, target, disp int) error {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if err := win.check(target, disp, len(origin)); err != nil {
+		return err
+	}
+	if len(origin) == 0 {
+		return nil
+	}
+	rw := &win.remotes[target]
+	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
+	n := len(origin) * win.esize
+	p := unsafe.Pointer(unsafe.SliceData(origin))
+	win.ops = true
+	if put {
+		win.puts = true
+	}
+	if !put || target == win.w.Rank() {
+		// Reads, and puts to this rank itself (no notification follows
+		// them down the loopback queue pair), are flushed at the fence.
+		win.reads[target] = true
+	}
+	w := win.w
+	if local, ok := w.local(p, uintptr(n)); ok {
+		// Zero copy: the origin lies in registered memory.
+		for off := 0; off < n; off += maxChunk {
+			c := min(maxChunk, n-off)
+			l := transport.Local{Addr: local.Addr + uint64(off), LKey: local.LKey}
+			r := transport.Remote{Addr: remote.Addr + uint64(off), RKey: remote.RKey}
+			var err error
+			if put {
+				_, err = w.f.Write(target, l, r, uint32(c))
+			} else {
+				_, err = w.f.Read(target, l, r, uint32(c))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	b := unsafe.Slice((*byte)(p), n)
+	w.stageMu.Lock()
+	defer w.stageMu.Unlock()
+	if put {
+		return w.stage.put(target, b, remote)
+	}
+	return w.stage.get(target, b, remote)
+}
+
+// Fence synchronizes the window collectively (MPI_Win_fence): every
+// operation this rank issued since the previous fence is complete when it
+// returns (puts are in the targets' memory, gets in the origin slices), and
+// every rank's puts into this rank's window are visible in Local. It opens
+// the next access epoch, unless assert has NoSucceed.
+func (win *Window[T]) Fence(assert Assert) error {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if win.freed {
+		return ErrFreed
+	}
+	win.flushes = win.flushes[:0]
+	if assert&NoPrecede == 0 {
+		for r, yes := range win.reads {
+			if yes {
+				win.flushes = append(win.flushes, r)
+				win.reads[r] = false
+			}
+		}
+	} else if win.ops {
+		return fmt.Errorf("%w: fence with NoPrecede after operations", ErrEpochOpen)
+	}
+	err := win.fence.Sync(win.flushes, win.puts)
+	win.puts = false
+	if err == nil {
+		w := win.w
+		w.stageMu.Lock()
+		err = w.stage.drain()
+		w.stageMu.Unlock()
+	}
+	win.ops = false
+	if assert&NoSucceed != 0 {
+		win.epoch = epochNone
+	} else {
+		win.epoch = epochFence
+	}
+	return err
+}

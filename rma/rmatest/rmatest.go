@@ -1,0 +1,78 @@
+// Package rmatest runs a job of N ranks inside one test process: each rank
+// is a goroutine with its own rma.World, connected to the others over real
+// loopback sockets by the real soft provider, so tests exercise the whole
+// stack without starting processes.
+package rmatest
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rmago/rmago/internal/launch"
+	"github.com/rmago/rmago/rma"
+	"github.com/rmago/rmago/transport"
+)
+
+// Timeout bounds every blocking wait of the ranks, so that a test whose
+// rank failed ends instead of hanging.
+var Timeout = 30 * time.Second
+
+// Run starts n ranks, calls fn on each with its World, and closes the
+// Worlds. A rank's error or panic fails the test, naming the rank.
+func Run(t testing.TB, n int, fn func(w *rma.World) error) {
+	t.Helper()
+	for r, err := range Start(n, fn) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// Start is Run without a testing.TB: it returns each rank's error.
+func Start(n int, fn func(w *rma.World) error) []error {
+	errs := make([]error, n)
+	port, err := launch.FreePort(launch.DefaultAddr)
+	if err != nil {
+		for r := range errs {
+			errs[r] = err
+		}
+		return errs
+	}
+	secretHex, _ := launch.NewSecret()
+	secret, _ := hex.DecodeString(secretHex)
+	rendezvous := net.JoinHostPort(launch.DefaultAddr, strconv.Itoa(port))
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[r] = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+				}
+			}()
+			b, err := transport.Rendezvous(transport.RendezvousConfig{Rank: r, Size: n, Rendezvous: rendezvous, Secret: secret, Addr: launch.DefaultAddr})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			w, err := rma.InitWith(b, rma.Options{Provider: "soft", Timeout: Timeout})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = fn(w)
+			if cerr := w.Close(); errs[r] == nil {
+				errs[r] = cerr
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}

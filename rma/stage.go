@@ -1,0 +1,144 @@
+package rma
+
+import (
+	"unsafe"
+
+	"github.com/rmago/rmago/transport"
+	"github.com/rmago/rmago/verbs"
+)
+
+// stageSize is the registered bounce buffer for origin slices that lie
+// outside every window: Put copies them in, Get lands in it and is copied
+// out once complete. Larger transfers go through it in pieces.
+const stageSize = 4 << 20
+
+// stager is a ring allocator over the bounce buffer. Pieces are released in
+// the order they were taken, each once its request has completed.
+type stager struct {
+	w    *World
+	mem  *transport.Memory
+	mr   verbs.MR
+	head int // next free byte
+	used int // bytes in flight
+	fifo []staged
+}
+
+// staged is a piece of the bounce buffer in flight.
+type staged struct {
+	off, n int
+	rank   int
+	seq    uint64
+	dst    []byte // Get: where the data goes once it has landed
+	pad    int    // bytes skipped at the ring's end before this piece
+}
+
+func newStager(w *World) (*stager, error) {
+	mem, err := transport.AllocMemory(stageSize)
+	if err != nil {
+		return nil, err
+	}
+	mr, err := w.f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
+	if err != nil {
+		mem.Free()
+		return nil, err
+	}
+	return &stager{w: w, mem: mem, mr: mr, fifo: make([]staged, 0, 64)}, nil
+}
+
+func (s *stager) free() {
+	s.mr.Dereg()
+	s.mem.Free()
+}
+
+// take reserves n contiguous bytes (n <= stageSize/2), completing the
+// oldest pieces as needed. The stager's methods run under World.stageMu.
+func (s *stager) take(n int) (off int, pad int, err error) {
+	for {
+		pad, off = 0, s.head
+		if s.head+n > stageSize { // wrap: skip the ring's tail end
+			pad, off = stageSize-s.head, 0
+		}
+		if s.used+pad+n <= stageSize {
+			s.head = off + n
+			s.used += pad + n
+			return off, pad, nil
+		}
+		if err := s.retire(); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// retire completes the oldest piece: waits for its request and copies Get
+// data out.
+func (s *stager) retire() error {
+	p := s.fifo[0]
+	err := s.w.f.Wait(p.rank, p.seq)
+	if err == nil && p.dst != nil {
+		copy(p.dst, s.mem.Bytes()[p.off:p.off+p.n])
+	}
+	s.used -= p.pad + p.n
+	copy(s.fifo, s.fifo[1:])
+	s.fifo = s.fifo[:len(s.fifo)-1]
+	if len(s.fifo) == 0 {
+		s.head, s.used = 0, 0
+	}
+	return err
+}
+
+// drain completes every piece in flight.
+func (s *stager) drain() error {
+	var first error
+	for len(s.fifo) > 0 {
+		if err := s.retire(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// put sends b to remote at rank r through the bounce buffer.
+func (s *stager) put(r int, b []byte, remote transport.Remote) error {
+	for len(b) > 0 {
+		n := min(len(b), stageSize/2)
+		off, pad, err := s.take(n)
+		if err != nil {
+			return err
+		}
+		copy(s.mem.Bytes()[off:off+n], b[:n])
+		seq, err := s.w.f.Write(r, s.local(off), remote, uint32(n))
+		if err != nil {
+			s.used -= pad + n
+			return err
+		}
+		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad})
+		b = b[n:]
+		remote.Addr += uint64(n)
+	}
+	return nil
+}
+
+// get reads remote at rank r into b through the bounce buffer; b is
+// filled when the pieces retire (at the latest, at the next synchronization).
+func (s *stager) get(r int, b []byte, remote transport.Remote) error {
+	for len(b) > 0 {
+		n := min(len(b), stageSize/2)
+		off, pad, err := s.take(n)
+		if err != nil {
+			return err
+		}
+		seq, err := s.w.f.Read(r, s.local(off), remote, uint32(n))
+		if err != nil {
+			s.used -= pad + n
+			return err
+		}
+		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, dst: b[:n], pad: pad})
+		b = b[n:]
+		remote.Addr += uint64(n)
+	}
+	return nil
+}
+
+func (s *stager) local(off int) transport.Local {
+	return transport.Local{Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.mem.Bytes())))) + uint64(off), LKey: s.mr.LKey()}
+}

@@ -1,0 +1,180 @@
+package rma
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/rmago/rmago/transport"
+	"github.com/rmago/rmago/verbs"
+)
+
+// Sentinel errors of the rma package. Test with errors.Is.
+var (
+	// ErrRank means a target rank is not in [0, Size()).
+	ErrRank = errors.New("rma: target rank out of range")
+	// ErrRange means [disp, disp+count) does not lie inside the target's window.
+	ErrRange = errors.New("rma: displacement and count outside the target window")
+	// ErrNoEpoch means an operation was issued with no access epoch open.
+	ErrNoEpoch = errors.New("rma: operation outside an access epoch")
+	// ErrEpochOpen means a window was freed with operations not yet
+	// completed by a synchronization.
+	ErrEpochOpen = errors.New("rma: epoch still open")
+	// ErrFreed means the window was already freed.
+	ErrFreed = errors.New("rma: window freed")
+	// ErrClosed means the World was closed.
+	ErrClosed = errors.New("rma: world closed")
+	// ErrMismatch means ranks disagreed on a collective call (window
+	// element type, creation order).
+	ErrMismatch = errors.New("rma: ranks disagree on a collective call")
+	// ErrSize means a size or length is invalid (negative, too large).
+	ErrSize = errors.New("rma: invalid size")
+)
+
+// World is this rank's membership of a job: its rank, the job's size, and
+// the connected fabric every window uses.
+type World struct {
+	f *transport.Fabric
+
+	mu     sync.Mutex
+	regs   []localRegion // registered memory usable as origin buffers
+	open   map[any]func() // release functions of windows not yet freed
+	nextID uint16
+	closed bool
+
+	stageMu sync.Mutex // guards stage
+	stage   *stager
+}
+
+// localRegion is registered local memory: origin buffers inside it need no copy.
+type localRegion struct {
+	start, end uintptr
+	lkey       uint32
+	owner      any
+}
+
+// Options configure InitWith; they are the transport's.
+type Options = transport.Options
+
+// Init joins the job described by the environment that rmarun sets
+// (RMAGO_RANK, RMAGO_SIZE, RMAGO_RENDEZVOUS, RMAGO_SECRET, RMAGO_ADDR,
+// RMAGO_PROVIDER). A program started on its own runs as a job of one rank.
+// It is collective.
+func Init() (*World, error) {
+	b, err := transport.BootstrapFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return InitWith(b, Options{})
+}
+
+// InitWith joins the job that bootstrap b describes, with explicit options.
+// Tests and other launchers use it; programs use Init.
+func InitWith(b transport.Bootstrap, opt Options) (*World, error) {
+	f, err := transport.Open(b, opt)
+	if err != nil {
+		return nil, err
+	}
+	w := &World{f: f}
+	if w.stage, err = newStager(w); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Rank is this process's rank, in [0, Size()).
+func (w *World) Rank() int { return w.f.Rank() }
+
+// Size is the number of ranks in the job.
+func (w *World) Size() int { return w.f.Size() }
+
+// Provider describes the verbs device in use ("soft0" on the soft provider).
+func (w *World) Provider() verbs.DeviceAttr { return w.f.Device() }
+
+// Barrier returns once every rank has called it.
+func (w *World) Barrier() error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	return w.f.Barrier()
+}
+
+// Close leaves the job: a final barrier, so that no rank is still reaching
+// this one, then the fabric is torn down. Free windows first; windows still
+// open become unusable. It is collective.
+func (w *World) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.closed = true
+	leftover := w.open
+	w.open = nil
+	w.mu.Unlock()
+	err := w.f.Barrier()
+	for _, release := range leftover {
+		release()
+	}
+	w.stage.free()
+	return errors.Join(err, w.f.Close())
+}
+
+func (w *World) check() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// register records registered memory usable as origin buffers.
+func (w *World) register(b []byte, mr verbs.MR, owner any) {
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	w.mu.Lock()
+	w.regs = append(w.regs, localRegion{start: start, end: start + uintptr(len(b)), lkey: mr.LKey(), owner: owner})
+	w.mu.Unlock()
+}
+
+// track records how to release a window's resources, for Close to release
+// the windows a program did not free.
+func (w *World) track(owner any, release func()) {
+	w.mu.Lock()
+	if w.open == nil {
+		w.open = map[any]func(){}
+	}
+	w.open[owner] = release
+	w.mu.Unlock()
+}
+
+func (w *World) unregister(owner any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.open, owner)
+	for i, r := range w.regs {
+		if r.owner == owner {
+			w.regs = append(w.regs[:i], w.regs[i+1:]...)
+			return
+		}
+	}
+}
+
+// local finds the registered memory that holds [p, p+n), if any.
+func (w *World) local(p unsafe.Pointer, n uintptr) (transport.Local, bool) {
+	a := uintptr(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.regs {
+		if a >= r.start && a+n <= r.end {
+			return transport.Local{Addr: uint64(a), LKey: r.lkey}, true
+		}
+	}
+	return transport.Local{}, false
+}
+
+func (w *World) String() string {
+	return fmt.Sprintf("rma.World(rank %d of %d, %s)", w.Rank(), w.Size(), w.f.Device().Name)
+}
