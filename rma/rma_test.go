@@ -193,7 +193,7 @@ func TestBadInput(t *testing.T) {
 			{"rank -1", win.Put(buf, -1, 0), rma.ErrRank},
 			{"rank size", win.Get(buf, w.Size(), 0), rma.ErrRank},
 			{"negative disp", win.Put(buf, 0, -1), rma.ErrRange},
-			{"past the end", win.Put(buf, 0, 7), rma.ErrRange},                       // rank 0 has 10
+			{"past the end", win.Put(buf, 0, 7), rma.ErrRange},                          // rank 0 has 10
 			{"past a shorter window", win.Get(make([]float64, 12), 1, 0), rma.ErrRange}, // rank 1 has 11
 			{"disp at end, count 1", win.Put(buf[:1], 2, 12), rma.ErrRange},
 			{"zero length at end", win.Put(nil, 2, 12), nil},
@@ -264,6 +264,9 @@ func TestZeroLengthWindows(t *testing.T) {
 }
 
 func TestTypeMismatch(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("a failed collective leaves the ranks' windows out of step")
+	}
 	errs := rmatest.Start(2, func(w *rma.World) error {
 		var err error
 		if w.Rank() == 0 {

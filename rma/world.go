@@ -38,7 +38,7 @@ type World struct {
 	f *transport.Fabric
 
 	mu     sync.Mutex
-	regs   []localRegion // registered memory usable as origin buffers
+	regs   []localRegion  // registered memory usable as origin buffers
 	open   map[any]func() // release functions of windows not yet freed
 	nextID uint16
 	closed bool

@@ -23,6 +23,7 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/ibv"    // real RDMA (libibverbs, build tag ibv)
 	_ "github.com/rmago/rmago/verbs/soft" // the embedded default provider
 )
 
@@ -231,11 +232,12 @@ func (f *Fabric) openProvider(b Bootstrap, opt Options) (string, error) {
 	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1}
 	switch name {
 	case "", "auto":
-		if p, err := verbs.Lookup("ibv"); err == nil {
-			if devs, err := p.Devices(); err == nil && len(devs) > 0 {
-				if f.ctx, err = p.Open(device, cfg); err == nil {
-					return "ibv", nil
-				}
+		// rdmamap looks for RDMA devices in sysfs; ibv is used when one is
+		// usable and the provider is compiled in.
+		if ibv.Available() {
+			var err error
+			if f.ctx, err = verbs.Open("ibv", device, cfg); err == nil {
+				return "ibv", nil
 			}
 		}
 		notice := opt.Notice

@@ -2,12 +2,22 @@
 // is a goroutine with its own rma.World, connected to the others over real
 // loopback sockets by the real soft provider, so tests exercise the whole
 // stack without starting processes.
+//
+// The same tests also run as separate processes: started by rmarun (the
+// RMAGO_RANK environment is set), a test binary is one rank of the job, Run
+// calls fn once with the World that rma.Init returns (on whatever provider
+// RMAGO_PROVIDER selects), and tests written for another number of ranks
+// are skipped:
+//
+//	go test -c -o rma.test ./rma
+//	rmarun -n 4 ./rma.test -test.run 'TestPutGetRanks|TestAllToAll'
 package rmatest
 
 import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -27,6 +37,24 @@ var Timeout = 30 * time.Second
 // Worlds. A rank's error or panic fails the test, naming the rank.
 func Run(t testing.TB, n int, fn func(w *rma.World) error) {
 	t.Helper()
+	if InProcesses() {
+		size, _ := strconv.Atoi(os.Getenv(launch.EnvSize))
+		if size != n {
+			t.Skipf("written for %d ranks; this job has %d", n, size)
+		}
+		w, err := rma.Init()
+		if err != nil {
+			t.Fatalf("rank %s: %v", os.Getenv(launch.EnvRank), err)
+		}
+		err = fn(w)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Errorf("rank %d: %v", w.Rank(), err)
+		}
+		return
+	}
 	for r, err := range Start(n, fn) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
@@ -34,7 +62,12 @@ func Run(t testing.TB, n int, fn func(w *rma.World) error) {
 	}
 }
 
-// Start is Run without a testing.TB: it returns each rank's error.
+// InProcesses reports whether this test process is one rank of a job that
+// rmarun started.
+func InProcesses() bool { return os.Getenv(launch.EnvRank) != "" }
+
+// Start is Run without a testing.TB, always in-process: it returns each
+// rank's error.
 func Start(n int, fn func(w *rma.World) error) []error {
 	errs := make([]error, n)
 	port, err := launch.FreePort(launch.DefaultAddr)

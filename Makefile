@@ -1,0 +1,40 @@
+# rmago: one-sided communication (RMA) for Go.
+#   make run        build, then a 2-rank ping-pong on the embedded soft provider
+#   make test       gofmt, go vet, the race-enabled test suite, a short fuzz run
+#   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
+GO       ?= go
+BIN      ?= bin
+FUZZTIME ?= 10s
+RANKS    ?= 2
+PPFLAGS  ?=
+
+.PHONY: all build run test vet fmt-check fuzz test-rdma clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/rmarun ./cmd/rmarun
+	$(GO) build -o $(BIN)/pingpong ./pingpong
+
+run: build
+	$(BIN)/rmarun -n $(RANKS) -provider soft $(BIN)/pingpong $(PPFLAGS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzResponder -fuzztime $(FUZZTIME) ./verbs/soft
+
+test: fmt-check vet
+	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) fuzz
+
+test-rdma:
+	ci/test-rdma.sh
+
+clean:
+	rm -rf $(BIN)

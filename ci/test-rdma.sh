@@ -1,0 +1,31 @@
+#!/bin/bash
+# test-rdma.sh: the real-RDMA path, proven on Linux Soft-RoCE (rdma_rxe) in a
+# QEMU VM (ci/softroce). Builds the ibv-tagged test binaries and commands on
+# the host, then inside the VM runs: the verbs/ibv provider tests, the rma
+# suite as separate processes under rmarun with the ibv provider (2 and 4
+# ranks), the ping-pong on ibv, and perftest's latency tests for reference.
+# Exits non-zero if anything fails. Extra arguments go to ci/softroce/run.sh.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export RMAGO_VM_DIR=${RMAGO_VM_DIR:-/tmp/rmago-vm}
+BIN=$RMAGO_VM_DIR/bin
+mkdir -p "$BIN"
+"$ROOT/ci/softroce/run.sh" --setup-only >/dev/null # installs libibverbs-dev and friends
+cd "$ROOT"
+export CGO_ENABLED=1
+go build -tags ibv -o "$BIN/rmarun" ./cmd/rmarun
+go build -tags ibv -o "$BIN/pingpong" ./pingpong
+go test -c -tags ibv -o "$BIN/ibv.test" ./verbs/ibv
+go test -c -tags ibv -o "$BIN/rma.test" ./rma
+go test -c -tags ibv -o "$BIN/transport.test" ./transport
+
+ENVS="RMAGO_PROVIDER=ibv RMAGO_TIMEOUT=120s"
+RUN="rmarun -provider ibv -timeout 10m"
+exec "$ROOT/ci/softroce/run.sh" --perftest \
+  --bin "$BIN/rmarun" --bin "$BIN/pingpong" --bin "$BIN/ibv.test" --bin "$BIN/rma.test" --bin "$BIN/transport.test" \
+  "$@" -- \
+  "ibv.test -test.count=1" \
+  "$ENVS $RUN -n 2 rma.test -test.v -test.run 'TestPutGetSizes|TestZeroLengthWindows|TestExample'" \
+  "$ENVS $RUN -n 3 rma.test -test.v -test.run 'TestPutGetTypes|TestBadInput'" \
+  "$ENVS $RUN -n 4 rma.test -test.v -test.run 'TestPutGetRanks'" \
+  "$ENVS $RUN -n 2 pingpong -max 12 -reps 12 -warmup 2"
