@@ -27,7 +27,7 @@ vet:
 	$(GO) vet ./...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzResponder -fuzztime $(FUZZTIME) ./verbs/soft
+	$(GO) test -run '^$$' -fuzz FuzzResponder -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./verbs/soft
 
 test: fmt-check vet
 	$(GO) test -race -count=1 -timeout 20m ./...

@@ -363,6 +363,13 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 	}
 	wr.ID = seq<<16 | uint64(p.rank)
 	if _, err := p.qp.PostSend(wr); err != nil {
+		if errors.Is(err, verbs.ErrQPState) {
+			// The queue pair failed under us; its error completions say
+			// why, and they are on their way: report that cause.
+			if werr := f.waitFor(func() bool { return p.err.Load() != nil }, p.rank); werr != nil {
+				return 0, werr
+			}
+		}
 		return 0, fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
 	}
 	p.posted.Store(seq)
@@ -539,7 +546,11 @@ func (f *Fabric) dispatch(wcs []verbs.WC) {
 				continue
 			}
 			if wc.Status != verbs.StatusSuccess {
-				f.setErr(p, wc)
+				// On the loopback pair the receiving queue pair fails only
+				// because the sending one did, which reports the cause.
+				if p.selfRx == nil {
+					f.setErr(p, wc)
+				}
 				continue
 			}
 			f.notes[wc.Imm]++

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
@@ -33,7 +34,7 @@ func openJob(t *testing.T, n int, fn func(f *Fabric) error) {
 				errs[r] = err
 				return
 			}
-			f, err := Open(b, Options{Provider: "soft"})
+			f, err := Open(b, Options{Provider: "soft", Timeout: 20 * time.Second})
 			if err != nil {
 				errs[r] = err
 				return

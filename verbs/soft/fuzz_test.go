@@ -25,20 +25,24 @@ func FuzzResponder(f *testing.F) {
 	add(frame{kind: kRespAck, seq: 1}, nil)
 	f.Add([]byte("garbage"))
 
+	// One device, region and queue pair for the whole run: each input is
+	// fed to the responder as a fresh request stream.
+	ctx, err := provider{}.Open("", verbs.Config{Secret: []byte("k")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	mem := make([]byte, 192)
+	const guard = 64 // bytes before and after the region must never change
+	mr, _ := pd.RegMR(mem[guard:2*guard], verbs.AccessAll)
+	cq, _ := ctx.CreateCQ(1 << 16)
+	v, _ := pd.CreateQP(verbs.QPAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 8, MaxRecvWR: 8})
+	q := v.(*qp)
+	q.respCh = make(chan response, 1<<16)
+
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ctx, err := provider{}.Open("", verbs.Config{Secret: []byte("k")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ctx.Close()
-		pd, _ := ctx.AllocPD()
-		mem := make([]byte, 192)
-		const guard = 64 // bytes before and after the region must never change
-		mr, _ := pd.RegMR(mem[guard:2*guard], verbs.AccessAll)
-		cq, _ := ctx.CreateCQ(64)
-		v, _ := pd.CreateQP(verbs.QPAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 8, MaxRecvWR: 8})
-		q := v.(*qp)
-		q.respCh = make(chan response, 1<<16)
+		q.nakSent.Store(false)
 		// Patch the fuzz input's addresses and keys to hit the region
 		// sometimes: frames with rkey 1 are given the real key and an
 		// address relative to the region.
