@@ -1,0 +1,97 @@
+package rma_test
+
+import (
+	"testing"
+
+	"github.com/rmago/rmago/rma"
+	"github.com/rmago/rmago/rma/rmatest"
+)
+
+// pairBench runs body on rank 0 of a two-rank in-process job, with a window
+// of n float64 and a registered origin; rank 1 only takes part in fences.
+func pairBench(b *testing.B, n int, body func(win, src *rma.Window[float64]) error) {
+	rmatest.Run(b, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[float64](w, n)
+		if err != nil {
+			return err
+		}
+		src, err := rma.Allocate[float64](w, n)
+		if err != nil {
+			return err
+		}
+		if err := win.Fence(0); err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			if err := body(win, src); err != nil {
+				return err
+			}
+		}
+		// Rank 1 waits here for rank 0's closing fence.
+		if err := win.Fence(rma.NoSucceed); err != nil {
+			return err
+		}
+		return errorsJoin(win.Free(), src.Free())
+	})
+}
+
+func errorsJoin(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// BenchmarkPut measures posting puts of 8 bytes (no synchronization in the
+// loop): the cost of the data path itself, and its allocations.
+func BenchmarkPut(b *testing.B) {
+	pairBench(b, 1, func(win, src *rma.Window[float64]) error {
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := win.Put(src.Local()[:1], 1, 0); err != nil {
+				return err
+			}
+		}
+		b.StopTimer()
+		return nil
+	})
+}
+
+// TestPutGetAllocateNothing checks that Put and Get from registered memory
+// allocate nothing in steady state (counted over the whole process, so the
+// peer's responder is included).
+func TestPutGetAllocateNothing(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("in-process only")
+	}
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[float64](w, 64)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		src, err := rma.Allocate[float64](w, 64)
+		if err != nil {
+			return err
+		}
+		defer src.Free()
+		win.Fence(0)
+		if w.Rank() == 0 {
+			for i := 0; i < 1000; i++ { // warm up: queues, maps, buffers
+				win.Put(src.Local()[:8], 1, 0)
+				win.Get(src.Local()[8:16], 1, 0)
+			}
+			allocs := testing.AllocsPerRun(2000, func() {
+				win.Put(src.Local()[:8], 1, 0)
+				win.Get(src.Local()[8:16], 1, 0)
+			})
+			if allocs > 0.01 {
+				t.Errorf("Put+Get allocate %.3f times per call", allocs)
+			}
+		}
+		return win.Fence(rma.NoSucceed)
+	})
+}
