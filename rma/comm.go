@@ -41,8 +41,8 @@ func (win *Window[T]) check(target, disp, count int) error {
 	if target < 0 || target >= len(win.remotes) {
 		return fmt.Errorf("%w: rank %d of %d", ErrRank, target, len(win.remotes))
 	}
-	if win.epoch == epochNone {
-		return fmt.Errorf("%w: window %d to rank %d (call Fence first)", ErrNoEpoch, win.id, target)
+	if !win.ep.canAccess(target) {
+		return fmt.Errorf("%w: window %d to rank %d (open one with Fence, Lock, LockAll or Start)", ErrNoEpoch, win.id, target)
 	}
 	if n := win.remotes[target].count; disp < 0 || count < 0 || disp > n || count > n-disp {
 		return fmt.Errorf("%w: [%d, %d) in rank %d's window of %d elements", ErrRange, disp, disp+count, target, n)
@@ -63,7 +63,7 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) error {
 	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
 	n := len(origin) * win.esize
 	p := unsafe.Pointer(unsafe.SliceData(origin))
-	win.ops = true
+	win.opsOn(target)
 	if put {
 		win.puts = true
 	}
@@ -100,41 +100,3 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) error {
 	return w.stage.get(target, b, remote)
 }
 
-// Fence synchronizes the window collectively (MPI_Win_fence): every
-// operation this rank issued since the previous fence is complete when it
-// returns (puts are in the targets' memory, gets in the origin slices), and
-// every rank's puts into this rank's window are visible in Local. It opens
-// the next access epoch, unless assert has NoSucceed.
-func (win *Window[T]) Fence(assert Assert) error {
-	win.mu.Lock()
-	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
-	}
-	win.flushes = win.flushes[:0]
-	if assert&NoPrecede == 0 {
-		for r, yes := range win.reads {
-			if yes {
-				win.flushes = append(win.flushes, r)
-				win.reads[r] = false
-			}
-		}
-	} else if win.ops {
-		return fmt.Errorf("%w: fence with NoPrecede after operations", ErrEpochOpen)
-	}
-	err := win.fence.Sync(win.flushes, win.puts)
-	win.puts = false
-	if err == nil {
-		w := win.w
-		w.stageMu.Lock()
-		err = w.stage.drain()
-		w.stageMu.Unlock()
-	}
-	win.ops = false
-	if assert&NoSucceed != 0 {
-		win.epoch = epochNone
-	} else {
-		win.epoch = epochFence
-	}
-	return err
-}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/exp/constraints"
 
+	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/sync/fence"
 	"github.com/rmago/rmago/transport"
 	"github.com/rmago/rmago/verbs"
@@ -78,28 +79,27 @@ type Window[T Number] struct {
 
 	remotes []remoteWindow
 	fence   *fence.Fence
+	ctrl    *control.Region
+	locks   lockProtocol
+	pscw    pscwProtocol
 
 	mu      sync.Mutex
-	epoch   epoch
+	ep      epochs
 	ops     bool   // operations issued since the last synchronization
 	puts    bool   // puts issued since the last synchronization
 	reads   []bool // per rank: reads or atomics to flush at the next synchronization
 	flushes []int  // scratch for the fence
+	skipped []bool // [0]: LockAll, [1+r]: lock on r, taken with NoCheck
 	freed   bool
 }
 
-type epoch uint8
-
-const (
-	epochNone epoch = iota
-	epochFence
-)
 
 // remoteWindow is another rank's window, as the creation allgather told.
 type remoteWindow struct {
-	addr  uint64
-	rkey  uint32
-	count int
+	addr   uint64
+	rkey   uint32
+	count  int
+	regLen uint64 // registered bytes: count*esize, rounded up to 8 for allocated windows
 }
 
 // Allocate creates a window of n elements of library memory on every rank
@@ -156,9 +156,14 @@ func (win *Window[T]) setup() error {
 		return err
 	}
 	size := w.Size()
-	var desc [32]byte
+	var desc [40]byte
 	if len(win.local) > 0 {
 		b := win.bytes()
+		if win.mem != nil {
+			// Allocated memory is page-rounded: register whole 8-byte
+			// words so atomics reach the last elements of small types.
+			b = win.mem.Bytes()[:(len(b)+7)&^7]
+		}
 		mr, err := w.f.PD().RegMR(b, verbs.AccessAll)
 		if err != nil {
 			return err
@@ -166,6 +171,7 @@ func (win *Window[T]) setup() error {
 		win.mr = mr
 		binary.LittleEndian.PutUint64(desc[0:], mr.Addr())
 		binary.LittleEndian.PutUint32(desc[8:], mr.RKey())
+		binary.LittleEndian.PutUint64(desc[32:], uint64(mr.Len()))
 	}
 	w.mu.Lock()
 	win.id = w.nextID
@@ -190,7 +196,8 @@ func (win *Window[T]) setup() error {
 			win.remotes[r] = remoteWindow{
 				addr:  binary.LittleEndian.Uint64(d[0:]),
 				rkey:  binary.LittleEndian.Uint32(d[8:]),
-				count: int(binary.LittleEndian.Uint64(d[12:])),
+				count:  int(binary.LittleEndian.Uint64(d[12:])),
+				regLen: binary.LittleEndian.Uint64(d[32:]),
 			}
 		}
 	}
@@ -206,6 +213,12 @@ func (win *Window[T]) setup() error {
 	w.track(win, win.release)
 	win.fence = fence.New(w.f, win.id)
 	win.reads = make([]bool, size)
+	win.ep.init(size)
+	if win.ctrl, err = control.New(w.f); err != nil {
+		win.release()
+		return err
+	}
+	win.locks, win.pscw = newProtocols(win.ctrl)
 	win.flushes = make([]int, 0, size)
 	return nil
 }
@@ -252,6 +265,9 @@ func (win *Window[T]) Free() error {
 	if win.ops {
 		return fmt.Errorf("%w: operations since the last synchronization; call Fence first", ErrEpochOpen)
 	}
+	if e := win.ep.open(); e != "" {
+		return fmt.Errorf("%w: %s", ErrEpochOpen, e)
+	}
 	if err := win.w.check(); err != nil {
 		return err
 	}
@@ -275,4 +291,17 @@ func (win *Window[T]) release() {
 	}
 	win.pinner.Unpin()
 	win.local = nil
+	if win.ctrl != nil {
+		win.ctrl.Close()
+	}
+}
+
+// opsOn records an operation to target since the last synchronization.
+func (win *Window[T]) opsOn(target int) { win.ops = true }
+
+// atomicsOn records accumulates or atomics to target: they change its
+// memory (the fence's second round must run) and are flushed at the next
+// synchronization, like reads.
+func (win *Window[T]) atomicsOn(target int) {
+	win.ops, win.puts, win.reads[target] = true, true, true
 }

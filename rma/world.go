@@ -30,6 +30,19 @@ var (
 	ErrMismatch = errors.New("rma: ranks disagree on a collective call")
 	// ErrSize means a size or length is invalid (negative, too large).
 	ErrSize = errors.New("rma: invalid size")
+	// ErrEpochConflict means a synchronization call does not fit the epochs
+	// open on the window (a lock inside a fence epoch, a fence while locks
+	// are held, start while an access epoch is open, ...).
+	ErrEpochConflict = errors.New("rma: synchronization conflicts with the open epoch")
+	// ErrNotLocked means Unlock of a rank this rank holds no lock on, or
+	// UnlockAll without LockAll.
+	ErrNotLocked = errors.New("rma: unlock without lock")
+	// ErrNotStarted means Complete without Start.
+	ErrNotStarted = errors.New("rma: complete without start")
+	// ErrNotPosted means Wait or Test without Post.
+	ErrNotPosted = errors.New("rma: wait without post")
+	// ErrGroup means a group names a rank out of range, or one twice.
+	ErrGroup = errors.New("rma: bad group")
 )
 
 // World is this rank's membership of a job: its rank, the job's size, and
@@ -45,6 +58,50 @@ type World struct {
 
 	stageMu sync.Mutex // guards stage
 	stage   *stager
+
+	atomicMu sync.Mutex // guards atom
+	atom     *atomArea
+}
+
+// atomWords is the size, in 8-byte words, of the registered area where the
+// old values of this rank's remote atomics land; longer accumulates go in
+// pieces.
+const atomWords = 4096
+
+// atomArea is the landing area of remote atomics' results, with the
+// bookkeeping of a compare-and-swap round.
+type atomArea struct {
+	mem   *transport.Memory
+	mr    verbs.MR
+	words []uint64
+	guess []uint64
+	done  []bool
+}
+
+func newAtomArea(w *World) (*atomArea, error) {
+	mem, err := transport.AllocMemory(atomWords * 8)
+	if err != nil {
+		return nil, err
+	}
+	mr, err := w.f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
+	if err != nil {
+		mem.Free()
+		return nil, err
+	}
+	return &atomArea{mem: mem, mr: mr, words: unsafe.Slice((*uint64)(mem.Ptr()), atomWords),
+		guess: make([]uint64, atomWords), done: make([]bool, atomWords)}, nil
+}
+
+func (a *atomArea) local(i int) transport.Local {
+	return transport.Local{Addr: a.mr.Addr() + uint64(i)*8, LKey: a.mr.LKey()}
+}
+
+// word is the result of the atomic that landed in word i (read after its completion).
+func (a *atomArea) word(i int) uint64 { return a.words[i] }
+
+func (a *atomArea) free() {
+	a.mr.Dereg()
+	a.mem.Free()
 }
 
 // localRegion is registered local memory: origin buffers inside it need no copy.
@@ -78,6 +135,11 @@ func InitWith(b transport.Bootstrap, opt Options) (*World, error) {
 	}
 	w := &World{f: f}
 	if w.stage, err = newStager(w); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if w.atom, err = newAtomArea(w); err != nil {
+		w.stage.free()
 		f.Close()
 		return nil, err
 	}
@@ -119,6 +181,7 @@ func (w *World) Close() error {
 		release()
 	}
 	w.stage.free()
+	w.atom.free()
 	return errors.Join(err, w.f.Close())
 }
 

@@ -319,6 +319,14 @@ func (f *Fabric) Device() verbs.DeviceAttr { return f.ctx.Attr() }
 // Timeout is the bound on blocking waits (0: none).
 func (f *Fabric) Timeout() time.Duration { return f.timeout }
 
+// SyncMemory orders the provider's changes to this rank's registered
+// memory before the caller's next reads (a no-op on hardware).
+func (f *Fabric) SyncMemory() {
+	if s, ok := f.ctx.(verbs.MemorySyncer); ok {
+		s.SyncMemory()
+	}
+}
+
 // Err returns the sticky error of rank r's connection, or nil.
 func (f *Fabric) Err(r int) error {
 	if e := f.peers[r].err.Load(); e != nil {
@@ -717,6 +725,8 @@ type Memory struct {
 
 // AllocMemory maps n bytes (rounded up to pages) of zeroed memory.
 func AllocMemory(n int) (*Memory, error) {
+	// The mapping is page-rounded; Bytes is n long but may be resliced up to
+	// the page end (cap).
 	if n <= 0 {
 		return nil, fmt.Errorf("transport: allocating %d bytes", n)
 	}
@@ -726,7 +736,7 @@ func AllocMemory(n int) (*Memory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: mmap %d bytes: %w", size, err)
 	}
-	return &Memory{b: b[:n]}, nil
+	return &Memory{b: b[:n:size]}, nil
 }
 
 // Bytes is the memory.

@@ -209,6 +209,14 @@ type Context interface {
 	Close() error
 }
 
+// MemorySyncer is implemented by contexts whose responder runs inside this
+// process (the soft provider): SyncMemory makes the responder's changes to
+// registered memory happen before the caller's next reads, in the sense of
+// Go's memory model. Hardware providers need nothing of the kind.
+type MemorySyncer interface {
+	SyncMemory()
+}
+
 // PD is a protection domain: memory regions and queue pairs made in one
 // domain can be used together, as struct ibv_pd.
 type PD interface {

@@ -12,3 +12,7 @@ var wireOrder atomic.Uint64
 
 func release() { wireOrder.Add(1) }
 func acquire() { wireOrder.Load() }
+
+// SyncMemory orders the responder's changes to registered memory before the
+// caller's next reads (verbs.MemorySyncer).
+func (c *context) SyncMemory() { acquire() }

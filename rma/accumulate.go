@@ -1,0 +1,365 @@
+package rma
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/rmago/rmago/transport"
+)
+
+// Op is a reduction operation of Accumulate and friends, as MPI_Op.
+type Op uint8
+
+// Operations. Bitwise operations are defined for integer windows only.
+const (
+	Sum     Op = iota + 1 // target = target + origin
+	Prod                  // target = target * origin
+	Min                   // target = min(target, origin)
+	Max                   // target = max(target, origin)
+	BAnd                  // target = target & origin (integers)
+	BOr                   // target = target | origin (integers)
+	BXor                  // target = target ^ origin (integers)
+	Replace               // target = origin
+	NoOp                  // target unchanged (GetAccumulate: an atomic read)
+)
+
+var opNames = [...]string{"invalid", "Sum", "Prod", "Min", "Max", "BAnd", "BOr", "BXor", "Replace", "NoOp"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// ErrOp means the operation is not defined for the window's element type
+// (bitwise operations on floats, NoOp where a change is required).
+var ErrOp = errors.New("rma: operation not defined for this element type")
+
+func isFloat[T Number]() bool {
+	var one T = 1
+	return one/2*2 != 0 // 0.5*2 = 1 for floats, 0*2 = 0 for integers
+}
+
+func checkOp[T Number](op Op, noOpOK bool) error {
+	switch {
+	case op < Sum || op > NoOp:
+		return fmt.Errorf("%w: %v", ErrOp, op)
+	case op == NoOp && !noOpOK:
+		return fmt.Errorf("%w: NoOp changes nothing; use GetAccumulate or FetchAndOp for an atomic read", ErrOp)
+	case (op == BAnd || op == BOr || op == BXor) && isFloat[T]():
+		return fmt.Errorf("%w: %v on a floating-point window", ErrOp, op)
+	}
+	return nil
+}
+
+// apply combines the target's value t with the origin's value v.
+func apply[T Number](op Op, t, v T) T {
+	switch op {
+	case Sum:
+		return t + v
+	case Prod:
+		return t * v
+	case Min:
+		if v < t || isNaN(v) {
+			return v
+		}
+		return t
+	case Max:
+		if v > t || isNaN(v) {
+			return v
+		}
+		return t
+	case BAnd, BOr, BXor:
+		a, b := bitsOf(t), bitsOf(v)
+		switch op {
+		case BAnd:
+			a &= b
+		case BOr:
+			a |= b
+		default:
+			a ^= b
+		}
+		return fromBits[T](a)
+	case Replace:
+		return v
+	}
+	return t // NoOp
+}
+
+func isNaN[T Number](v T) bool { return v != v }
+
+// bitsOf is v's memory, zero-extended to 64 bits (little-endian machines).
+func bitsOf[T Number](v T) uint64 {
+	var w uint64
+	*(*T)(unsafe.Pointer(&w)) = v
+	return w
+}
+
+func fromBits[T Number](w uint64) T { return *(*T)(unsafe.Pointer(&w)) }
+
+// elemAt extracts the element at byte shift sh of word w.
+func elemAt[T Number](w uint64, sh uint) T { return fromBits[T](w >> (8 * sh)) }
+
+// withElem replaces the element at byte shift sh of word w by v.
+func withElem[T Number](w uint64, sh uint, v T) uint64 {
+	size := uint(unsafe.Sizeof(v))
+	mask := uint64(math.MaxUint64)
+	if size < 8 {
+		mask = (uint64(1)<<(8*size) - 1)
+	}
+	return w&^(mask<<(8*sh)) | (bitsOf(v)&mask)<<(8*sh)
+}
+
+// Accumulates go through the NIC's 8-byte atomics, for every element type
+// and operation, so that all accumulates to a location, including a rank's
+// own, are done by one agent and are element-wise atomic against each
+// other:
+//   - Sum on 8-byte integers is a fetch-and-add per element, posted without
+//     waiting;
+//   - everything else is a compare-and-swap loop on each 8-byte word that
+//     holds target elements: all words of the call are tried in one
+//     pipelined round (guessing the old value; a failed compare-and-swap
+//     returns the real one) and the failures retried, so a call costs about
+//     two round trips whatever its length.
+// The old values land in the World's registered atomic scratch area.
+
+// Accumulate combines origin into rank target's window at displacement disp
+// with op, element by element, atomically per element with respect to other
+// accumulates using the same op or NoOp (MPI's default "same_op_no_op").
+// Like Put it needs an open access epoch; unlike Put it has completed at the
+// target when it returns, except Sum on 8-byte integers, which completes at
+// the next synchronization.
+func (win *Window[T]) Accumulate(origin []T, target, disp int, op Op) error {
+	if err := checkOp[T](op, false); err != nil {
+		return err
+	}
+	return win.accumulate(origin, nil, target, disp, op)
+}
+
+// GetAccumulate is Accumulate that also returns, in result, the target's
+// elements as they were just before (len(result) must equal len(origin)).
+// With NoOp it is an atomic read of the target. It returns complete.
+func (win *Window[T]) GetAccumulate(origin, result []T, target, disp int, op Op) error {
+	if err := checkOp[T](op, true); err != nil {
+		return err
+	}
+	if len(result) != len(origin) {
+		return fmt.Errorf("%w: %d origin elements, %d result elements", ErrSize, len(origin), len(result))
+	}
+	if op == NoOp && len(origin) == 0 && len(result) > 0 {
+		return nil
+	}
+	return win.accumulate(origin, result, target, disp, op)
+}
+
+// FetchAndOp applies op with value to one element of rank target's window
+// and returns the element's previous value. NoOp reads it atomically.
+func (win *Window[T]) FetchAndOp(value T, target, disp int, op Op) (T, error) {
+	var in, out [1]T
+	in[0] = value
+	if err := checkOp[T](op, true); err != nil {
+		return 0, err
+	}
+	err := win.accumulate(in[:], out[:], target, disp, op)
+	return out[0], err
+}
+
+// CompareAndSwap sets element disp of rank target's window to value if it
+// equals compare, atomically, and returns the element's previous value
+// (equal to compare when the swap happened).
+func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, error) {
+	w := win.w
+	w.atomicMu.Lock()
+	defer w.atomicMu.Unlock()
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if err := win.check(target, disp, 1); err != nil {
+		return 0, err
+	}
+	if err := win.checkWords(target, disp, 1); err != nil {
+		return 0, err
+	}
+	win.atomicsOn(target)
+	word, sh := win.wordOf(target, disp)
+	a := w.atom
+	guess := uint64(0)
+	for {
+		want := withElem(guess, sh, value)
+		if elemAt[T](guess, sh) != compare {
+			// Read the word atomically first: a swap that cannot match.
+			want = guess
+		}
+		seq, err := w.f.CompareSwap(target, a.local(0), word, guess, want)
+		if err != nil {
+			return 0, err
+		}
+		if err := w.f.Wait(target, seq); err != nil {
+			return 0, err
+		}
+		old := a.word(0)
+		if old == guess {
+			return elemAt[T](old, sh), nil
+		}
+		if elemAt[T](old, sh) != compare {
+			return elemAt[T](old, sh), nil
+		}
+		guess = old
+	}
+}
+
+// ErrAlign means an atomic operation would touch an 8-byte word that is
+// not wholly inside the target's registered window: only possible with
+// created windows of elements smaller than 8 bytes whose slice does not
+// start or end on an 8-byte boundary. Allocated windows never have it.
+var ErrAlign = errors.New("rma: atomic on a window edge that is not 8-byte aligned")
+
+// checkWords checks that the words holding [disp, disp+count) lie inside
+// rank target's registered memory.
+func (win *Window[T]) checkWords(target, disp, count int) error {
+	rw := &win.remotes[target]
+	first := (rw.addr + uint64(disp*win.esize)) &^ 7
+	last := (rw.addr + uint64((disp+count)*win.esize) + 7) &^ 7
+	if first < rw.addr || last > rw.addr+rw.regLen {
+		return fmt.Errorf("%w: elements [%d, %d) of rank %d", ErrAlign, disp, disp+count, target)
+	}
+	return nil
+}
+
+// wordOf is the 8-byte word of rank target's window holding element disp,
+// and the element's byte offset in it.
+func (win *Window[T]) wordOf(target, disp int) (transport.Remote, uint) {
+	rw := &win.remotes[target]
+	addr := rw.addr + uint64(disp*win.esize)
+	return transport.Remote{Addr: addr &^ 7, RKey: rw.rkey}, uint(addr & 7)
+}
+
+func (win *Window[T]) accumulate(origin, result []T, target, disp int, op Op) error {
+	w := win.w
+	w.atomicMu.Lock()
+	defer w.atomicMu.Unlock()
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if err := win.check(target, disp, len(origin)); err != nil {
+		return err
+	}
+	if len(origin) == 0 {
+		return nil
+	}
+	if err := win.checkWords(target, disp, len(origin)); err != nil {
+		return err
+	}
+	win.atomicsOn(target)
+	if win.esize == 8 && op == Sum && !isFloat[T]() {
+		return win.fetchAdd(origin, result, target, disp)
+	}
+	return win.casLoop(origin, result, target, disp, op)
+}
+
+// fetchAdd: one NIC fetch-and-add per element.
+func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) error {
+	w, a := win.w, win.w.atom
+	for start := 0; start < len(origin); start += atomWords {
+		n := min(atomWords, len(origin)-start)
+		var last uint64
+		for i := 0; i < n; i++ {
+			word, _ := win.wordOf(target, disp+start+i)
+			seq, err := w.f.FetchAdd(target, a.local(i), word, bitsOf(origin[start+i]))
+			if err != nil {
+				return err
+			}
+			last = seq
+		}
+		if result == nil {
+			continue // complete at the next synchronization; the old values are not needed
+		}
+		if err := w.f.Wait(target, last); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			result[start+i] = fromBits[T](a.word(i))
+		}
+	}
+	return nil
+}
+
+// casLoop: compare-and-swap rounds over the words holding the elements.
+func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error {
+	w, a := win.w, win.w.atom
+	esize := win.esize
+	first, _ := win.wordOf(target, disp)
+	end := win.remotes[target].addr + uint64((disp+len(origin))*esize)
+	nwords := int((end - first.Addr + 7) / 8)
+	for start := 0; start < nwords; start += atomWords {
+		n := min(atomWords, nwords-start)
+		guess, done := a.guess[:n], a.done[:n]
+		clear(guess)
+		clear(done)
+		pending := n
+		for pending > 0 {
+			var last uint64
+			for i := 0; i < n; i++ {
+				if done[i] {
+					continue
+				}
+				wordAddr := first.Addr + uint64((start+i)*8)
+				want := win.combineWord(guess[i], wordAddr, origin, target, disp, op)
+				seq, err := w.f.CompareSwap(target, a.local(i), transport.Remote{Addr: wordAddr, RKey: first.RKey}, guess[i], want)
+				if err != nil {
+					return err
+				}
+				last = seq
+			}
+			if err := w.f.Wait(target, last); err != nil {
+				return err
+			}
+			pending = 0
+			for i := 0; i < n; i++ {
+				if done[i] {
+					continue
+				}
+				old := a.word(i)
+				if old != guess[i] {
+					guess[i] = old // retry with the real value
+					pending++
+					continue
+				}
+				if result != nil {
+					win.extractWord(old, first.Addr+uint64((start+i)*8), result, target, disp, len(origin))
+				}
+				done[i] = true
+			}
+		}
+	}
+	return nil
+}
+
+// combineWord applies op to the elements of the accumulate that lie in the
+// word at wordAddr, starting from the word's (guessed) value g.
+func (win *Window[T]) combineWord(g, wordAddr uint64, origin []T, target, disp int, op Op) uint64 {
+	base := win.remotes[target].addr + uint64(disp*win.esize)
+	for b := uint64(0); b < 8; b += uint64(win.esize) {
+		a := wordAddr + b
+		if a < base || a >= base+uint64(len(origin)*win.esize) {
+			continue
+		}
+		i := int((a - base) / uint64(win.esize))
+		sh := uint(b)
+		g = withElem(g, sh, apply(op, elemAt[T](g, sh), origin[i]))
+	}
+	return g
+}
+
+// extractWord copies the old values of the elements in the word into result.
+func (win *Window[T]) extractWord(old, wordAddr uint64, result []T, target, disp, count int) {
+	base := win.remotes[target].addr + uint64(disp*win.esize)
+	for b := uint64(0); b < 8; b += uint64(win.esize) {
+		a := wordAddr + b
+		if a < base || a >= base+uint64(count*win.esize) {
+			continue
+		}
+		result[(a-base)/uint64(win.esize)] = elemAt[T](old, uint(b))
+	}
+}
