@@ -99,4 +99,3 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) error {
 	}
 	return w.stage.get(target, b, remote)
 }
-

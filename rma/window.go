@@ -93,7 +93,6 @@ type Window[T Number] struct {
 	freed   bool
 }
 
-
 // remoteWindow is another rank's window, as the creation allgather told.
 type remoteWindow struct {
 	addr   uint64
@@ -194,8 +193,8 @@ func (win *Window[T]) setup() error {
 				break
 			}
 			win.remotes[r] = remoteWindow{
-				addr:  binary.LittleEndian.Uint64(d[0:]),
-				rkey:  binary.LittleEndian.Uint32(d[8:]),
+				addr:   binary.LittleEndian.Uint64(d[0:]),
+				rkey:   binary.LittleEndian.Uint32(d[8:]),
 				count:  int(binary.LittleEndian.Uint64(d[12:])),
 				regLen: binary.LittleEndian.Uint64(d[32:]),
 			}
