@@ -147,7 +147,7 @@ func (win *Window[T]) GetAccumulate(origin, result []T, target, disp int, op Op)
 		return err
 	}
 	if len(result) != len(origin) {
-		return fmt.Errorf("%w: %d origin elements, %d result elements", ErrSize, len(origin), len(result))
+		return errSizes(len(origin), len(result))
 	}
 	if op == NoOp && len(origin) == 0 && len(result) > 0 {
 		return nil
@@ -236,39 +236,52 @@ func (win *Window[T]) wordOf(target, disp int) (transport.Remote, uint) {
 	return transport.Remote{Addr: addr &^ 7, RKey: rw.rkey}, uint(addr & 7)
 }
 
+func errSizes(origin, result int) error {
+	return fmt.Errorf("%w: %d origin elements, %d result elements", ErrSize, origin, result)
+}
+
 func (win *Window[T]) accumulate(origin, result []T, target, disp int, op Op) error {
+	_, err := win.accumulateReq(origin, result, target, disp, op)
+	return err
+}
+
+// accumulateReq runs an accumulate; only Sum on 8-byte integers without
+// results returns a pending request, everything else returns complete.
+func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op) (Request, error) {
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	if err := win.check(target, disp, len(origin)); err != nil {
-		return err
+		return Request{}, err
 	}
 	if len(origin) == 0 {
-		return nil
+		return Request{}, nil
 	}
 	if err := win.checkWords(target, disp, len(origin)); err != nil {
-		return err
+		return Request{}, err
 	}
 	win.atomicsOn(target)
 	if win.esize == 8 && op == Sum && !isFloat[T]() {
-		return win.fetchAdd(origin, result, target, disp)
+		seq, err := win.fetchAdd(origin, result, target, disp)
+		return Request{w: w, rank: target, seq: seq}, err
 	}
-	return win.casLoop(origin, result, target, disp, op)
+	return Request{}, win.casLoop(origin, result, target, disp, op)
 }
 
-// fetchAdd: one NIC fetch-and-add per element.
-func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) error {
+// fetchAdd: one NIC fetch-and-add per element. Without results it returns
+// the last request's sequence number, to complete later.
+func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) (uint64, error) {
 	w, a := win.w, win.w.atom
+	var last uint64
 	for start := 0; start < len(origin); start += atomWords {
 		n := min(atomWords, len(origin)-start)
-		var last uint64
 		for i := 0; i < n; i++ {
 			word, _ := win.wordOf(target, disp+start+i)
 			seq, err := w.f.FetchAdd(target, a.local(i), word, bitsOf(origin[start+i]))
 			if err != nil {
-				return err
+				return 0, err
 			}
 			last = seq
 		}
@@ -276,13 +289,14 @@ func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) error {
 			continue // complete at the next synchronization; the old values are not needed
 		}
 		if err := w.f.Wait(target, last); err != nil {
-			return err
+			return 0, err
 		}
 		for i := 0; i < n; i++ {
 			result[start+i] = fromBits[T](a.word(i))
 		}
+		last = 0
 	}
-	return nil
+	return last, nil
 }
 
 // casLoop: compare-and-swap rounds over the words holding the elements.

@@ -15,14 +15,16 @@ const maxChunk = 256 << 20
 // is in the target's memory after the synchronization that ends the epoch,
 // and origin must not be modified before then.
 func (win *Window[T]) Put(origin []T, target, disp int) error {
-	return win.transfer(true, origin, target, disp)
+	_, err := win.transfer(true, origin, target, disp)
+	return err
 }
 
 // Get reads len(origin) elements of rank target's window, starting at
 // element disp, into origin. The data is in origin after the
 // synchronization that ends the epoch; do not read origin before then.
 func (win *Window[T]) Get(origin []T, target, disp int) error {
-	return win.transfer(false, origin, target, disp)
+	_, err := win.transfer(false, origin, target, disp)
+	return err
 }
 
 // PutSlice writes the whole of origin into rank target's window at
@@ -50,14 +52,15 @@ func (win *Window[T]) check(target, disp, count int) error {
 	return nil
 }
 
-func (win *Window[T]) transfer(put bool, origin []T, target, disp int) error {
+// transfer posts a put or get and returns a request for its completion.
+func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request, error) {
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	if err := win.check(target, disp, len(origin)); err != nil {
-		return err
+		return Request{}, err
 	}
 	if len(origin) == 0 {
-		return nil
+		return Request{}, nil
 	}
 	rw := &win.remotes[target]
 	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
@@ -73,6 +76,7 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) error {
 		win.reads[target] = true
 	}
 	w := win.w
+	req := Request{w: w, rank: target}
 	if local, ok := w.local(p, uintptr(n)); ok {
 		// Zero copy: the origin lies in registered memory.
 		for off := 0; off < n; off += maxChunk {
@@ -81,21 +85,25 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) error {
 			r := transport.Remote{Addr: remote.Addr + uint64(off), RKey: remote.RKey}
 			var err error
 			if put {
-				_, err = w.f.Write(target, l, r, uint32(c))
+				req.seq, err = w.f.Write(target, l, r, uint32(c))
 			} else {
-				_, err = w.f.Read(target, l, r, uint32(c))
+				req.seq, err = w.f.Read(target, l, r, uint32(c))
 			}
 			if err != nil {
-				return err
+				return Request{}, err
 			}
 		}
-		return nil
+		return req, nil
 	}
 	b := unsafe.Slice((*byte)(p), n)
 	w.stageMu.Lock()
 	defer w.stageMu.Unlock()
+	var err error
 	if put {
-		return w.stage.put(target, b, remote)
+		req.seq, err = w.stage.put(target, b, remote)
+	} else {
+		req.seq, err = w.stage.get(target, b, remote)
+		req.staged = true
 	}
-	return w.stage.get(target, b, remote)
+	return req, err
 }

@@ -1,6 +1,7 @@
 package rma
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
@@ -97,46 +98,63 @@ func (s *stager) drain() error {
 	return first
 }
 
-// put sends b to remote at rank r through the bounce buffer.
-func (s *stager) put(r int, b []byte, remote transport.Remote) error {
+// put sends b to remote at rank r through the bounce buffer and returns
+// the last request's sequence number.
+func (s *stager) put(r int, b []byte, remote transport.Remote) (last uint64, err error) {
 	for len(b) > 0 {
 		n := min(len(b), stageSize/2)
 		off, pad, err := s.take(n)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		copy(s.mem.Bytes()[off:off+n], b[:n])
 		seq, err := s.w.f.Write(r, s.local(off), remote, uint32(n))
 		if err != nil {
 			s.used -= pad + n
-			return err
+			return 0, err
 		}
 		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad})
 		b = b[n:]
 		remote.Addr += uint64(n)
+		last = seq
 	}
-	return nil
+	return last, nil
 }
 
 // get reads remote at rank r into b through the bounce buffer; b is
 // filled when the pieces retire (at the latest, at the next synchronization).
-func (s *stager) get(r int, b []byte, remote transport.Remote) error {
+func (s *stager) get(r int, b []byte, remote transport.Remote) (last uint64, err error) {
 	for len(b) > 0 {
 		n := min(len(b), stageSize/2)
 		off, pad, err := s.take(n)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		seq, err := s.w.f.Read(r, s.local(off), remote, uint32(n))
 		if err != nil {
 			s.used -= pad + n
-			return err
+			return 0, err
 		}
 		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, dst: b[:n], pad: pad})
 		b = b[n:]
 		remote.Addr += uint64(n)
+		last = seq
 	}
-	return nil
+	return last, nil
+}
+
+// retireThrough retires pieces in order until the one of request (r, seq)
+// has been retired (Get data copied out).
+func (s *stager) retireThrough(r int, seq uint64) error {
+	for {
+		i := slices.IndexFunc(s.fifo, func(p staged) bool { return p.rank == r && p.seq >= seq })
+		if i < 0 {
+			return nil // already retired
+		}
+		if err := s.retire(); err != nil {
+			return err
+		}
+	}
 }
 
 func (s *stager) local(off int) transport.Local {

@@ -404,6 +404,39 @@ func (f *Fabric) Wait(r int, seq uint64) error {
 	return f.waitFor(func() bool { return p.done.Load() >= seq }, r)
 }
 
+// Test reports whether request seq to rank r has completed, making
+// progress once without blocking (it may post a signalled request so that
+// completion can be seen at all).
+func (f *Fabric) Test(r int, seq uint64) (bool, error) {
+	p := f.peers[r]
+	if p.done.Load() >= seq {
+		return true, f.Err(r)
+	}
+	p.postMu.Lock()
+	if p.lastSignaled < seq {
+		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
+		if _, err := f.postLocked(p, &p.flushWR); err != nil {
+			p.postMu.Unlock()
+			return false, err
+		}
+	}
+	p.postMu.Unlock()
+	f.mu.Lock()
+	if !f.polling {
+		n, err := f.cq.Poll(f.wcs)
+		if err != nil {
+			f.mu.Unlock()
+			return false, err
+		}
+		f.dispatch(f.wcs[:n])
+	}
+	f.mu.Unlock()
+	if err := f.Err(r); err != nil {
+		return true, err
+	}
+	return p.done.Load() >= seq, nil
+}
+
 // Flush waits until every request posted to rank r so far has completed
 // at the target (remote completion).
 func (f *Fabric) Flush(r int) error {
