@@ -84,7 +84,7 @@ func TestRequestsOutOfOrder(t *testing.T) {
 		if err := win.Fence(0); err != nil {
 			return err
 		}
-		if got, want := win.Local()[0], int64(-((me+n-1)%n)); got != want {
+		if got, want := win.Local()[0], int64(-((me + n - 1) % n)); got != want {
 			return fmt.Errorf("rput landed %d, want %d", got, want)
 		}
 		if me == 0 && win.Local()[size] != int64(n) {
