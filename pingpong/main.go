@@ -32,9 +32,14 @@ func main() {
 	warmup := flag.Int("warmup", 3, "untimed repetitions per size before measuring")
 	iters := flag.Int("iters", 1, "round trips per repetition")
 	thesis := flag.Bool("thesis", false, "the thesis's exact method: no warm-up, one round trip per repetition")
+	lat := flag.Bool("lat", false, "instead: one-sided latencies of put+flush, get+flush and fetch-add (rank 0 to rank 1)")
 	flag.Parse()
 	if *thesis {
 		*warmup, *iters = 0, 1
+	}
+	run := run
+	if *lat {
+		run = latencies
 	}
 	if err := run(*minExp, *maxExp, *reps, *warmup, *iters); err != nil {
 		fmt.Fprintln(os.Stderr, "pingpong:", err)
@@ -143,4 +148,94 @@ func summarize(t []float64) stats {
 		sum += v
 	}
 	return stats{mean: sum / float64(len(kept)), min: s[0], median: s[len(s)/2], max: s[len(s)-1]}
+}
+
+// latencies measures rank 0's one-sided operations on rank 1's window,
+// rank 1 taking no part: put of n bytes then flush, get of n bytes then
+// flush (n = 8, 1 KiB, 4 KiB), and an 8-byte fetch-and-add. Each figure is
+// the mean of reps repetitions of iters*100 operations, min and max dropped.
+func latencies(_, _, reps, warmup, iters int) error {
+	w, err := rma.Init()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if w.Size() != 2 {
+		return fmt.Errorf("run with 2 ranks (rmarun -n 2), not %d", w.Size())
+	}
+	const maxBytes = 4096
+	win, err := rma.Allocate[byte](w, maxBytes)
+	if err != nil {
+		return err
+	}
+	defer win.Free()
+	src, err := rma.Allocate[byte](w, maxBytes)
+	if err != nil {
+		return err
+	}
+	defer src.Free()
+	ctr, err := rma.Allocate[int64](w, 1)
+	if err != nil {
+		return err
+	}
+	defer ctr.Free()
+	win.Fence(0)
+	ctr.Fence(0)
+	n := iters * 100
+	if w.Rank() == 0 {
+		fmt.Printf("# rmago one-sided latency, provider %s, %d reps of %d ops (min/max dropped), us per operation\n", w.Provider().Name, reps, n)
+		fmt.Printf("%-16s %8s %10s %10s %10s\n", "operation", "bytes", "mean_us", "min_us", "max_us")
+		times := make([]float64, reps)
+		measure := func(name string, bytes int, op func() error) error {
+			for rep := -warmup; rep < reps; rep++ {
+				start := time.Now()
+				for i := 0; i < n; i++ {
+					if err := op(); err != nil {
+						return err
+					}
+				}
+				if rep >= 0 {
+					times[rep] = float64(time.Since(start).Nanoseconds()) / 1e3 / float64(n)
+				}
+			}
+			s := summarize(times)
+			fmt.Printf("%-16s %8d %10.2f %10.2f %10.2f\n", name, bytes, s.mean, s.min, s.max)
+			return nil
+		}
+		for _, b := range []int{8, 1024, 4096} {
+			if err := measure("put+flush", b, func() error {
+				if err := win.Put(src.Local()[:b], 1, 0); err != nil {
+					return err
+				}
+				return win.Flush(1)
+			}); err != nil {
+				return err
+			}
+		}
+		for _, b := range []int{8, 1024, 4096} {
+			if err := measure("get+flush", b, func() error {
+				if err := win.Get(src.Local()[:b], 1, 0); err != nil {
+					return err
+				}
+				return win.Flush(1)
+			}); err != nil {
+				return err
+			}
+		}
+		var want int64
+		if err := measure("fetch-add", 8, func() error {
+			old, err := ctr.FetchAndOp(1, 1, 0, rma.Sum)
+			if err == nil && old != want {
+				err = fmt.Errorf("fetch-add returned %d, want %d", old, want)
+			}
+			want++
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if err := ctr.Fence(rma.NoSucceed); err != nil {
+		return err
+	}
+	return win.Fence(rma.NoSucceed)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func openJob(t *testing.T, n int, fn func(f *Fabric) error) {
 				errs[r] = err
 				return
 			}
-			f, err := Open(b, Options{Provider: "soft", Timeout: 20 * time.Second})
+			f, err := Open(b, Options{Provider: testProvider(), Timeout: 20 * time.Second})
 			if err != nil {
 				errs[r] = err
 				return
@@ -52,6 +53,15 @@ func openJob(t *testing.T, n int, fn func(f *Fabric) error) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// testProvider is RMAGO_PROVIDER if set (the Soft-RoCE VM runs these tests
+// on ibv), else soft.
+func testProvider() string {
+	if p := os.Getenv(EnvProvider); p != "" {
+		return p
+	}
+	return "soft"
 }
 
 func TestBarrierAndAllgather(t *testing.T) {
