@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rmago/rmago/rma"
+)
+
+func runLat(args []string) error {
+	var c common
+	fs := newFlagSet("lat", "rmarun -n 2 pingpong lat [-reps R] [-warmup W] [-iters I] [-json F]")
+	c.register(fs)
+	reps := fs.Int("reps", 12, "repetitions (the fastest and slowest are dropped)")
+	warmup := fs.Int("warmup", 3, "untimed repetitions before the timed ones")
+	iters := fs.Int("iters", 1, "hundreds of operations per repetition")
+	fs.Int("max", 0, "ignored (accepted for the ping-pong's command lines)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if c.quick {
+		*reps, *warmup, *iters = 3, 0, 1
+	}
+	if *reps < 3 || *iters < 1 || *warmup < 0 {
+		return usagef("need -reps >= 3, -iters >= 1, -warmup >= 0")
+	}
+	j, err := startJob(&c, "one-sided latency", 2, 2)
+	if err != nil {
+		return err
+	}
+	return j.finish(latencies(j, *reps, *warmup, *iters*100))
+}
+
+// latencies measures rank 0's one-sided operations on rank 1's window,
+// rank 1 taking no part, inside one LockAll epoch: put of n bytes then
+// flush, get of n bytes then flush (n = 8, 1 KiB, 4 KiB), and an 8-byte
+// fetch-and-add. Each figure is per operation, over reps repetitions of n
+// operations.
+func latencies(j *job, reps, warmup, n int) error {
+	w := j.w
+	const maxBytes = 4096
+	win, err := newWindow[byte](w, maxBytes, j.opt.window)
+	if err != nil {
+		return err
+	}
+	defer win.Free()
+	src, err := rma.Allocate[byte](w, maxBytes)
+	if err != nil {
+		return err
+	}
+	defer src.Free()
+	ctr, err := rma.Allocate[int64](w, 1)
+	if err != nil {
+		return err
+	}
+	defer ctr.Free()
+	if w.Rank() == 1 {
+		for i := range win.Local() {
+			win.Local()[i] = byte(i * 7)
+		}
+	}
+	if err := w.Barrier(); err != nil {
+		return err
+	}
+	if w.Rank() == 0 {
+		if err := errors2(win.LockAll(rma.NoCheck), ctr.LockAll(rma.NoCheck)); err != nil {
+			return err
+		}
+		measure := func(name string, bytes int, op func() error, check func() error) error {
+			times := make([]float64, reps)
+			for rep := -warmup; rep < reps; rep++ {
+				start := time.Now()
+				for range n {
+					if err := op(); err != nil {
+						return err
+					}
+				}
+				if rep >= 0 {
+					times[rep] = float64(time.Since(start).Nanoseconds()) / 1e3 / float64(n)
+				}
+			}
+			if err := check(); err != nil {
+				return err
+			}
+			r := Result{Bench: "lat", Sync: name, Window: j.opt.window, Ranks: 2, Bytes: bytes,
+				Metric: MetricLatency, Iters: n, Verified: true}
+			r.summarize(times)
+			j.add(r)
+			return nil
+		}
+		for _, b := range []int{8, 1024, 4096} {
+			for i := range b {
+				src.Local()[i] = byte(i*13 + b)
+			}
+			err := measure("put+flush", b, func() error {
+				if err := win.Put(src.Local()[:b], 1, 0); err != nil {
+					return err
+				}
+				return win.Flush(1)
+			}, func() error { return nil }) // rank 1 checks what arrived below
+			if err != nil {
+				return err
+			}
+		}
+		for _, b := range []int{8, 1024, 4096} {
+			err := measure("get+flush", b, func() error {
+				if err := win.Get(src.Local()[:b], 1, 0); err != nil {
+					return err
+				}
+				return win.Flush(1)
+			}, func() error {
+				// The last put left rank 1's first 4 KiB as put+flush wrote them.
+				for i := range b {
+					if want := byte(i*13 + 4096); src.Local()[i] != want {
+						return fmt.Errorf("DATA VERIFICATION FAILED: get of %d bytes: byte %d is %d, want %d", b, i, src.Local()[i], want)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		var want int64
+		err := measure("fetch-add", 8, func() error {
+			old, err := ctr.FetchAndOp(1, 1, 0, rma.Sum)
+			if err == nil && old != want {
+				err = fmt.Errorf("DATA VERIFICATION FAILED: fetch-add returned %d, want %d", old, want)
+			}
+			want++
+			return err
+		}, func() error { return nil })
+		if err != nil {
+			return err
+		}
+		if err := errors2(win.UnlockAll(), ctr.UnlockAll()); err != nil {
+			return err
+		}
+	}
+	if err := w.Barrier(); err != nil {
+		return err
+	}
+	if w.Rank() == 1 {
+		for i := range 4096 {
+			if want := byte(i*13 + 4096); win.Local()[i] != want {
+				return fmt.Errorf("DATA VERIFICATION FAILED: rank 1 after put+flush: byte %d is %d, want %d", i, win.Local()[i], want)
+			}
+		}
+	}
+	return w.Barrier()
+}
+
+func errors2(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/rmago/rmago/rma"
+)
+
+// common holds the flags every measuring subcommand takes.
+type common struct {
+	jsonPath string
+	csvPath  string
+	label    string
+	window   string // allocate or create
+	quick    bool
+	noProg   bool
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.jsonPath, "json", "", "write the results with metadata to this JSON `file`")
+	fs.StringVar(&c.csvPath, "csv", "", "write the results as the thesis's CSV to this `file`")
+	fs.StringVar(&c.label, "label", "", "system name in the JSON and on plots (default \"rmago <provider>\")")
+	fs.StringVar(&c.window, "w", "allocate", "window kind: allocate (library memory) or create (a Go slice)")
+	fs.BoolVar(&c.quick, "quick", false, "a few small sizes and few repetitions (smoke test)")
+	fs.BoolVar(&c.noProg, "no-progress", false, "no progress lines on stderr")
+}
+
+func (c *common) check() error {
+	if c.window != "allocate" && c.window != "create" {
+		return usagef("-w %q: want allocate or create", c.window)
+	}
+	return nil
+}
+
+// sweep holds the flags of the ping-pong sweeps (one-to-one, one-to-many).
+type sweep struct {
+	common
+	minExp, maxExp int
+	reps, warmup   int
+	iters          int // round trips per repetition; 0: automatic
+	thesis         bool
+	modes          string
+}
+
+func (s *sweep) register(fs *flag.FlagSet, modes string) {
+	s.common.register(fs)
+	fs.IntVar(&s.minExp, "min", 0, "smallest size is 2^min float64 elements")
+	fs.IntVar(&s.maxExp, "max", 20, "largest size is 2^max float64 elements")
+	fs.IntVar(&s.reps, "reps", 12, "timed repetitions per size (the fastest and slowest are dropped)")
+	fs.IntVar(&s.warmup, "warmup", 1, "untimed repetitions per size before the timed ones")
+	fs.IntVar(&s.iters, "iters", 0, "round trips per repetition (0: about 1.6 MB moved per repetition, 2 to 200)")
+	fs.BoolVar(&s.thesis, "thesis", false, "the thesis's exact method: no warm-up, one round trip per repetition")
+	fs.StringVar(&s.modes, "mode", modes, "synchronization modes, comma-separated, or all")
+}
+
+// finish applies -quick and -thesis and checks the values.
+func (s *sweep) finish(fs *flag.FlagSet, all []string) ([]string, error) {
+	if err := s.common.check(); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if s.quick {
+		if !set["max"] {
+			s.maxExp = min(3, s.maxExp)
+		}
+		if !set["reps"] {
+			s.reps = 3
+		}
+		if !set["iters"] {
+			s.iters = 2
+		}
+		if !set["warmup"] {
+			s.warmup = 0
+		}
+	}
+	if s.thesis {
+		s.warmup, s.iters = 0, 1
+	}
+	switch {
+	case s.minExp < 0 || s.maxExp < s.minExp || s.maxExp > 30:
+		return nil, usagef("need 0 <= -min <= -max <= 30")
+	case s.reps < 3:
+		return nil, usagef("-reps must be at least 3 (the fastest and slowest are dropped)")
+	case s.iters < 0 || s.warmup < 0:
+		return nil, usagef("-iters and -warmup must not be negative")
+	}
+	return parseModes(s.modes, all)
+}
+
+// itersFor is the number of round trips per repetition for n elements.
+func (s *sweep) itersFor(n int) int {
+	if s.iters > 0 {
+		return s.iters
+	}
+	return min(200, max(2, 200*1024/n))
+}
+
+// parseModes splits a comma-separated mode list, "all" meaning all.
+func parseModes(list string, all []string) ([]string, error) {
+	if list == "all" {
+		return all, nil
+	}
+	var out []string
+	for _, m := range strings.Split(list, ",") {
+		m = strings.TrimSpace(m)
+		ok := false
+		for _, a := range all {
+			ok = ok || a == m
+		}
+		if !ok {
+			return nil, usagef("unknown mode %q (have %s, all)", m, strings.Join(all, ", "))
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// newFlagSet is a flag set that reports errors instead of exiting.
+func newFlagSet(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fs.SetOutput(os.Stderr)
+		fmt.Fprintf(os.Stderr, "usage: %s\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args, turning flag errors into usage errors.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			fs.Usage()
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// newWindow makes a window of n elements of the kind -w asked for.
+func newWindow[T rma.Number](w *rma.World, n int, kind string) (*rma.Window[T], error) {
+	if kind == "create" {
+		return rma.Create(w, make([]T, n))
+	}
+	return rma.Allocate[T](w, n)
+}

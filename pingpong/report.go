@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/rmago/rmago/rma"
+)
+
+// Report is what -json writes: one system's results with the metadata
+// needed to compare them with another's.
+type Report struct {
+	Meta    Meta     `json:"meta"`
+	Results []Result `json:"results"`
+}
+
+// Meta describes the system and the run that produced a Report.
+type Meta struct {
+	System     string   `json:"system"`             // label: one line per system on plots
+	Library    string   `json:"library"`            // "rmago", "Open MPI v4.1.4", ...
+	Provider   string   `json:"provider"`           // rmago provider (soft, ibv), or the MPI's transport
+	Device     string   `json:"device,omitempty"`   // verbs device
+	Ranks      int      `json:"ranks"`              // job size
+	Host       string   `json:"host"`               // hostname
+	CPUs       int      `json:"cpus,omitempty"`     // logical CPUs of the host
+	GoVersion  string   `json:"go_version,omitempty"`
+	GOMAXPROCS int      `json:"gomaxprocs,omitempty"`
+	Time       string   `json:"time"`              // start of the run, RFC 3339
+	Command    []string `json:"command,omitempty"` // the command line
+}
+
+// Metric names a Result's unit.
+const (
+	MetricRTT     = "rtt_us"         // round-trip time, µs
+	MetricLatency = "latency_us"     // one-way latency per operation, µs
+	MetricBW      = "bandwidth_MBps" // MB/s (10^6 bytes per second)
+)
+
+// Result is one benchmark at one size.
+type Result struct {
+	Bench    string    `json:"bench"`              // oneone, onemany, lat, put_latency, put_bw, ...
+	Sync     string    `json:"sync"`               // fence3, lock, flush, ...
+	Window   string    `json:"window,omitempty"`   // allocate or create
+	Ranks    int       `json:"ranks"`              // ranks taking part
+	Elements int       `json:"elements,omitempty"` // float64 elements (ping-pongs)
+	Bytes    int       `json:"bytes"`              // message size
+	Metric   string    `json:"metric"`             // MetricRTT, MetricLatency or MetricBW
+	Iters    int       `json:"iters"`              // operations or round trips per repetition
+	Reps     int       `json:"reps"`               // timed repetitions
+	Mean     float64   `json:"mean"`               // mean of the repetitions without the fastest and slowest (all if fewer than 3)
+	Min      float64   `json:"min"`
+	Median   float64   `json:"median"`
+	Max      float64   `json:"max"`
+	Samples  []float64 `json:"samples,omitempty"` // the repetitions, in order
+	Verified bool      `json:"verified"`          // the data moved was checked
+}
+
+// summarize fills the statistics from samples: with 3 or more the fastest
+// and slowest are dropped for the mean.
+func (r *Result) summarize(samples []float64) {
+	r.Samples = slices.Clone(samples)
+	r.Reps = len(samples)
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	kept := s
+	if len(s) >= 3 {
+		kept = s[1 : len(s)-1]
+	}
+	var sum float64
+	for _, v := range kept {
+		sum += v
+	}
+	r.Mean = sum / float64(len(kept))
+	r.Min, r.Max = s[0], s[len(s)-1]
+	if len(s)%2 == 1 {
+		r.Median = s[len(s)/2]
+	} else {
+		r.Median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+}
+
+// job is a running benchmark: the world, rank 0's report and output.
+type job struct {
+	w      *rma.World
+	opt    *common
+	report Report
+	out    io.Writer
+	prog   *progress
+	head   string // the table header last printed
+}
+
+// startJob joins the rmarun job and checks its size.
+func startJob(opt *common, name string, minRanks, maxRanks int) (*job, error) {
+	start := time.Now()
+	w, err := rma.Init()
+	if err != nil {
+		return nil, err
+	}
+	if n := w.Size(); n < minRanks || (maxRanks > 0 && n > maxRanks) {
+		w.Close()
+		if minRanks == maxRanks {
+			return nil, usagef("%s runs with %d ranks (rmarun -n %d), not %d", name, minRanks, minRanks, n)
+		}
+		return nil, usagef("%s needs at least %d ranks (rmarun -n N), not %d", name, minRanks, n)
+	}
+	dev := w.Provider()
+	host, _ := os.Hostname()
+	label := opt.label
+	if label == "" {
+		label = "rmago " + dev.Provider
+	}
+	j := &job{w: w, opt: opt, out: io.Discard}
+	j.report.Meta = Meta{
+		System: label, Library: "rmago", Provider: dev.Provider, Device: dev.Name,
+		Ranks: w.Size(), Host: host, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), Time: start.Format(time.RFC3339), Command: os.Args,
+	}
+	if w.Rank() == 0 {
+		j.out = os.Stdout
+		fmt.Fprintf(j.out, "# rmago %s, provider %s (%s), %d ranks, %s, %s\n", name, dev.Provider, dev.Name, w.Size(), runtime.Version(), host)
+	}
+	j.prog = newProgress(w.Rank() == 0 && !opt.noProg, os.Stderr)
+	return j, nil
+}
+
+// add records a result and prints its table row (rank 0).
+func (j *job) add(r Result) {
+	if j.w.Rank() != 0 {
+		return
+	}
+	j.report.Results = append(j.report.Results, r)
+	printRow(j.out, &r, &j.head)
+}
+
+// finish writes the files (rank 0) and leaves the job.
+func (j *job) finish(runErr error) error {
+	if j.w.Rank() == 0 && len(j.report.Results) > 0 {
+		if j.opt.jsonPath != "" {
+			if err := writeJSON(j.opt.jsonPath, &j.report); err != nil && runErr == nil {
+				runErr = err
+			}
+		}
+		if j.opt.csvPath != "" {
+			if err := writeCSV(j.opt.csvPath, j.report.Results); err != nil && runErr == nil {
+				runErr = err
+			}
+		}
+	}
+	j.prog.done()
+	if runErr != nil {
+		// Leave at once: the other ranks may be stuck in a collective that
+		// this rank will never join; rmarun stops them when this one exits.
+		return runErr
+	}
+	return j.w.Close()
+}
+
+// printRow prints r as a table row, with a header when the kind of table changes.
+func printRow(w io.Writer, r *Result, last *string) {
+	unit := "us"
+	if r.Metric == MetricBW {
+		unit = "MB/s"
+	}
+	var head string
+	switch {
+	case r.Metric == MetricRTT:
+		head = fmt.Sprintf("\n# %s %s, %d ranks, window %s: round-trip time of iters round trips, %d reps (fastest and slowest dropped for the mean)\n%10s %10s %12s %12s %12s %12s %7s\n",
+			r.Bench, r.Sync, r.Ranks, r.Window, r.Reps, "elements", "bytes", "mean_us", "min_us", "median_us", "max_us", "iters")
+	default:
+		head = fmt.Sprintf("\n# %s, sync %s, window %s, %d ranks: %s\n%10s %12s %12s %12s %12s %9s\n",
+			r.Bench, r.Sync, r.Window, r.Ranks, r.Metric, "bytes", "mean_"+unit, "min_"+unit, "median_"+unit, "max_"+unit, "iters")
+	}
+	if head != *last {
+		fmt.Fprint(w, head)
+		*last = head
+	}
+	if r.Metric == MetricRTT {
+		fmt.Fprintf(w, "%10d %10d %12.2f %12.2f %12.2f %12.2f %7d\n", r.Elements, r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Iters)
+		return
+	}
+	fmt.Fprintf(w, "%10d %12.2f %12.2f %12.2f %12.2f %9d\n", r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Iters)
+}
+
+func writeJSON(path string, rep *Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// readJSON reads a Report that -json or import wrote.
+func readJSON(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &rep, nil
+}
+
+// writeCSV writes the thesis's CSV: per size, the element count, the
+// number of ranks and every repetition's time in µs, plus (after the
+// thesis's columns) the benchmark, sync mode and bytes, so one file can
+// hold several modes.
+func writeCSV(path string, results []Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	for _, r := range results {
+		size := r.Elements
+		if size == 0 {
+			size = r.Bytes
+		}
+		fields := []string{strconv.Itoa(size), strconv.Itoa(r.Ranks)}
+		for _, v := range r.Samples {
+			fields = append(fields, strconv.FormatFloat(v, 'f', 6, 64))
+		}
+		fields = append(fields, r.Bench, r.Sync, strconv.Itoa(r.Bytes))
+		fmt.Fprintln(bw, strings.Join(fields, ","))
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/rmago/rmago/rma"
+)
+
+// roundTrip does one round trip of n elements; with full set it stamps
+// and checks every element, otherwise a few (first, middle, last), so that
+// timed round trips do not spend their time verifying.
+type roundTrip func(n int, full bool) error
+
+// runSweep measures rt for every size of the sweep and records a result
+// per size. Warm-up round trips and one round trip after the timed ones
+// check every element; timed ones check the stamped elements. With
+// barrier, the ranks meet before each timed repetition (not in fence3,
+// whose first fence does it, as in the thesis).
+func (j *job) runSweep(s *sweep, bench, mode string, ranks int, barrier bool, rt roundTrip, step *int, steps int) error {
+	for e := s.minExp; e <= s.maxExp; e++ {
+		n := 1 << e
+		iters := s.itersFor(n)
+		j.prog.step(fmt.Sprintf("%s %s, 2^%d elements", bench, mode, e), *step, steps)
+		for range s.warmup * iters {
+			if err := rt(n, true); err != nil {
+				return err
+			}
+		}
+		times := make([]float64, s.reps)
+		for rep := range times {
+			if barrier {
+				if err := j.w.Barrier(); err != nil {
+					return err
+				}
+			}
+			start := time.Now()
+			for range iters {
+				if err := rt(n, false); err != nil {
+					return err
+				}
+			}
+			times[rep] = float64(time.Since(start).Nanoseconds()) / 1e3 / float64(iters)
+		}
+		if err := rt(n, true); err != nil {
+			return err
+		}
+		r := Result{Bench: bench, Sync: mode, Window: s.window, Ranks: ranks, Elements: n, Bytes: 8 * n,
+			Metric: MetricRTT, Iters: iters, Verified: true}
+		r.summarize(times)
+		j.add(r)
+		*step++
+	}
+	return nil
+}
+
+// stamp is the value of element i in round r: exact in a float64, and
+// different for every (round, element) pair that a run can produce.
+func stamp(round, i int) float64 {
+	return float64(uint64(round)<<24 | uint64(i)&(1<<24-1))
+}
+
+// stamped lists the elements a round trip of n elements stamps.
+func stamped(n int, full bool, f func(i int)) {
+	if full {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	f(0)
+	if n > 2 {
+		f(n / 2)
+	}
+	if n > 1 {
+		f(n - 1)
+	}
+}
+
+// fill stamps buf for round.
+func fill(buf []float64, round int, full bool) {
+	stamped(len(buf), full, func(i int) { buf[i] = stamp(round, i) })
+}
+
+// verify checks buf's stamps for round; the error says who saw what.
+func verify(buf []float64, round int, full bool, where string) error {
+	var err error
+	stamped(len(buf), full, func(i int) {
+		if err == nil && buf[i] != stamp(round, i) {
+			err = fmt.Errorf("DATA VERIFICATION FAILED: %s, round %d, %d elements: element %d is %v, want %v",
+				where, round, len(buf), i, buf[i], stamp(round, i))
+		}
+	})
+	return err
+}
+
+// pollFlag waits until element i of win's own memory equals want, reading
+// it atomically (LoadLocal), then orders the peer's earlier writes before
+// this rank's plain reads (Sync): the documented way to poll a flag.
+func pollFlag(win *rma.Window[float64], i int, want float64) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for spins := 1; win.LoadLocal(i) != want; spins++ {
+		runtime.Gosched()
+		if spins%4096 == 0 && time.Now().After(deadline) {
+			return fmt.Errorf("flag %d never became %v (it is %v)", i, want, win.LoadLocal(i))
+		}
+	}
+	return win.Sync()
+}
