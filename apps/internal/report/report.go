@@ -1,0 +1,76 @@
+// Package report prints the result of an app run: one human-readable line,
+// or one JSON object (github.com/goccy/go-json) that apps/sor/sweep.sh and
+// plotting scripts collect.
+package report
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"time"
+
+	json "github.com/goccy/go-json"
+)
+
+// Result is one measured run of an app. Seconds is the parallel run's
+// wall time (the slowest rank's); SeqSeconds that of the sequential
+// version of the same computation on one core; Speedup their ratio.
+type Result struct {
+	System     string  `json:"system"` // app and variant, e.g. "sor/big": one line of a plot
+	App        string  `json:"app"`
+	Variant    string  `json:"variant"`
+	Provider   string  `json:"provider"`
+	Ranks      int     `json:"ranks"`
+	N          int     `json:"n"`
+	Iterations int     `json:"iterations"`
+	Seconds    float64 `json:"seconds"`
+	PerIter    float64 `json:"seconds_per_iteration"`
+	SeqSeconds float64 `json:"seq_seconds"`
+	Speedup    float64 `json:"speedup"`
+	Verified   bool    `json:"verified"`
+	// Extra holds app-specific figures (rates, residuals).
+	Extra map[string]float64 `json:"extra,omitempty"`
+}
+
+// Finish fills the derived fields from the two times.
+func (r *Result) Finish(par, seq time.Duration) {
+	r.System = r.App + "/" + r.Variant
+	r.Seconds = par.Seconds()
+	r.SeqSeconds = seq.Seconds()
+	if r.Iterations > 0 {
+		r.PerIter = r.Seconds / float64(r.Iterations)
+	}
+	if r.Seconds > 0 {
+		r.Speedup = r.SeqSeconds / r.Seconds
+	}
+}
+
+// Write prints r to out: a JSON object on one line if asJSON, else text
+// ending in "verified" (or "NOT VERIFIED").
+func (r *Result) Write(out io.Writer, asJSON bool) error {
+	if asJSON {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "%s\n", b)
+		return err
+	}
+	s := fmt.Sprintf("%s: %d ranks (%s), n %d, %d iterations, %s (%s per iteration), sequential %s, speed-up %.2f",
+		r.System, r.Ranks, r.Provider, r.N, r.Iterations, fmtSec(r.Seconds), fmtSec(r.PerIter), fmtSec(r.SeqSeconds), r.Speedup)
+	for _, k := range slices.Sorted(maps.Keys(r.Extra)) {
+		s += fmt.Sprintf(", %s %.4g", k, r.Extra[k])
+	}
+	if r.Verified {
+		s += ", verified"
+	} else {
+		s += ", NOT VERIFIED"
+	}
+	_, err := fmt.Fprintln(out, s)
+	return err
+}
+
+func fmtSec(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
+}
