@@ -25,13 +25,13 @@ type Report struct {
 
 // Meta describes the system and the run that produced a Report.
 type Meta struct {
-	System     string   `json:"system"`             // label: one line per system on plots
-	Library    string   `json:"library"`            // "rmago", "Open MPI v4.1.4", ...
-	Provider   string   `json:"provider"`           // rmago provider (soft, ibv), or the MPI's transport
-	Device     string   `json:"device,omitempty"`   // verbs device
-	Ranks      int      `json:"ranks"`              // job size
-	Host       string   `json:"host"`               // hostname
-	CPUs       int      `json:"cpus,omitempty"`     // logical CPUs of the host
+	System     string   `json:"system"`           // label: one line per system on plots
+	Library    string   `json:"library"`          // "rmago", "Open MPI v4.1.4", ...
+	Provider   string   `json:"provider"`         // rmago provider (soft, ibv), or the MPI's transport
+	Device     string   `json:"device,omitempty"` // verbs device
+	Ranks      int      `json:"ranks"`            // job size
+	Host       string   `json:"host"`             // hostname
+	CPUs       int      `json:"cpus,omitempty"`   // logical CPUs of the host
 	GoVersion  string   `json:"go_version,omitempty"`
 	GOMAXPROCS int      `json:"gomaxprocs,omitempty"`
 	Time       string   `json:"time"`              // start of the run, RFC 3339
