@@ -1,0 +1,455 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rmago/rmago/sync/control"
+	"github.com/rmago/rmago/transport"
+)
+
+// TestExclusiveCounter: every rank increments one counter K times by
+// read-modify-write under an exclusive lock. Any overlap of two critical
+// sections loses an increment (and is a data race the detector reports).
+func TestExclusiveCounter(t *testing.T) {
+	const k = 40
+	for _, n := range []int{1, 2, 5, 8} {
+		targets := []int{0}
+		if n > 1 {
+			targets = append(targets, n-1) // the target is not the leader
+		}
+		for _, target := range targets {
+			t.Run(fmt.Sprintf("ranks=%d/target=%d", n, target), func(t *testing.T) {
+				runJob(t, n, jobOpts{}, func(r *rank) error {
+					l := New(r.c)
+					for range k {
+						if err := l.Lock(target, true); err != nil {
+							return err
+						}
+						if err := r.read(target, 0, stageOff, 8); err != nil {
+							return err
+						}
+						if err := r.write(target, 0, stageOff+8, r.u64(stageOff)+1); err != nil {
+							return err
+						}
+						if err := r.f.Flush(target); err != nil {
+							return err
+						}
+						if err := l.Unlock(target, true); err != nil {
+							return err
+						}
+					}
+					if err := r.f.Barrier(); err != nil {
+						return err
+					}
+					if r.me() == target {
+						if got, want := r.load(0), uint64(n*k); got != want {
+							return fmt.Errorf("counter = %d, want %d", got, want)
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+// TestSharedReadersOneWriter: one rank writes a pair of equal values under
+// an exclusive lock, one word at a time with a flush in between; every
+// other rank reads the pair under a shared lock and must never see it torn
+// or going backwards.
+func TestSharedReadersOneWriter(t *testing.T) {
+	const writes = 30
+	for _, n := range []int{2, 4, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			const target = 0
+			writer := n - 1
+			runJob(t, n, jobOpts{}, func(r *rank) error {
+				l := New(r.c)
+				if r.me() == writer {
+					for v := uint64(1); v <= writes; v++ {
+						if err := l.Lock(target, true); err != nil {
+							return err
+						}
+						for _, off := range []int{0, 8} {
+							if err := r.write(target, off, stageOff+off, v); err != nil {
+								return err
+							}
+							if err := r.f.Flush(target); err != nil {
+								return err
+							}
+						}
+						if err := l.Unlock(target, true); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				last, reads, seen := uint64(0), 0, map[uint64]bool{}
+				for last < writes {
+					if err := l.Lock(target, false); err != nil {
+						return err
+					}
+					if err := r.read(target, 0, stageOff, 16); err != nil {
+						return err
+					}
+					if err := l.Unlock(target, false); err != nil {
+						return err
+					}
+					a, b := r.u64(stageOff), r.u64(stageOff+8)
+					if a != b {
+						return fmt.Errorf("read %d: torn pair (%d, %d)", reads, a, b)
+					}
+					if a < last {
+						return fmt.Errorf("read %d: pair went back from %d to %d", reads, last, a)
+					}
+					last = a
+					seen[a] = true
+					reads++
+					// Readers pause between reads, or a stream of shared
+					// lockers could starve the writer (documented).
+					time.Sleep(time.Duration(rand.N(200)) * time.Microsecond)
+				}
+				if reads < 2 {
+					return fmt.Errorf("only %d reads", reads)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestLockAllAndExclusive: ranks cycle through lock_all (reading every
+// rank's pair), exclusive locks (incrementing one rank's pair one word at a
+// time) and shared locks (reading one pair). Readers never see a torn pair,
+// and every pair ends at the number of increments it received.
+func TestLockAllAndExclusive(t *testing.T) {
+	const iters = 60
+	for _, n := range []int{2, 3, 6} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			runJob(t, n, jobOpts{}, func(r *rank) error {
+				l := New(r.c)
+				me := r.me()
+				check := func(tg int, what string) error {
+					if err := r.read(tg, 0, stageOff, 16); err != nil {
+						return err
+					}
+					if a, b := r.u64(stageOff), r.u64(stageOff+8); a != b {
+						return fmt.Errorf("%s: rank %d's pair torn (%d, %d)", what, tg, a, b)
+					}
+					return nil
+				}
+				for i := range iters {
+					tg := (me + i) % n
+					switch (i + me) % 3 {
+					case 0:
+						if err := l.LockAll(); err != nil {
+							return err
+						}
+						for x := range n {
+							if err := check(x, "lock_all"); err != nil {
+								return err
+							}
+						}
+						if err := l.UnlockAll(); err != nil {
+							return err
+						}
+					case 1:
+						if err := l.Lock(tg, true); err != nil {
+							return err
+						}
+						if err := r.read(tg, 0, stageOff, 8); err != nil {
+							return err
+						}
+						v := r.u64(stageOff) + 1
+						for _, off := range []int{0, 8} {
+							if err := r.write(tg, off, stageOff+16+off, v); err != nil {
+								return err
+							}
+							if err := r.f.Flush(tg); err != nil {
+								return err
+							}
+						}
+						if err := l.Unlock(tg, true); err != nil {
+							return err
+						}
+					case 2:
+						if err := l.Lock(tg, false); err != nil {
+							return err
+						}
+						if err := check(tg, "shared"); err != nil {
+							return err
+						}
+						if err := l.Unlock(tg, false); err != nil {
+							return err
+						}
+					}
+				}
+				if err := r.f.Barrier(); err != nil {
+					return err
+				}
+				want := uint64(0)
+				for o := range n {
+					for i := range iters {
+						if (i+o)%3 == 1 && (o+i)%n == me {
+							want++
+						}
+					}
+				}
+				if a, b := r.load(0), r.load(8); a != want || b != want {
+					return fmt.Errorf("pair (%d, %d), want %d increments", a, b, want)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestExclusiveExcludesLockAll checks the exclusion directly: while rank 1
+// holds an exclusive lock, rank 0's LockAll waits until it is released.
+func TestExclusiveExcludesLockAll(t *testing.T) {
+	var released sync.WaitGroup
+	released.Add(1)
+	var releasedAt time.Time
+	runJob(t, 3, jobOpts{}, func(r *rank) error {
+		l := New(r.c)
+		switch r.me() {
+		case 1:
+			if err := l.Lock(2, true); err != nil {
+				return err
+			}
+		}
+		if err := r.f.Barrier(); err != nil {
+			return err
+		}
+		switch r.me() {
+		case 0:
+			if err := l.LockAll(); err != nil {
+				return err
+			}
+			got := time.Now()
+			released.Wait()
+			if got.Before(releasedAt) {
+				return fmt.Errorf("lock_all taken while the exclusive lock was held")
+			}
+			if err := l.UnlockAll(); err != nil {
+				return err
+			}
+		case 1:
+			time.Sleep(50 * time.Millisecond)
+			releasedAt = time.Now()
+			// Unlock's release follows releasedAt; lock_all cannot be
+			// taken before it.
+			err := l.Unlock(2, true)
+			released.Done()
+			return err
+		case 2:
+			// Shared locks of other ranks do not conflict with it.
+			if err := l.Lock(0, false); err != nil {
+				return err
+			}
+			return l.Unlock(0, false)
+		}
+		return nil
+	})
+}
+
+// TestMisuse: every misuse returns its sentinel and leaves the state
+// usable.
+func TestMisuse(t *testing.T) {
+	runJob(t, 2, jobOpts{}, func(r *rank) error {
+		l := New(r.c)
+		other := 1 - r.me()
+		expect := func(err, want error, what string) error {
+			if !errors.Is(err, want) {
+				return fmt.Errorf("%s: %v, want %v", what, err, want)
+			}
+			return nil
+		}
+		steps := []func() error{
+			func() error { return expect(l.Unlock(other, false), ErrNotLocked, "unlock without lock") },
+			func() error { return expect(l.UnlockAll(), ErrNotLocked, "unlock_all without lock_all") },
+			func() error { return expect(l.Lock(2, false), ErrRank, "lock of rank 2") },
+			func() error { return expect(l.Lock(-1, true), ErrRank, "lock of rank -1") },
+			func() error { return expect(l.Unlock(7, true), ErrRank, "unlock of rank 7") },
+			func() error { return l.Lock(other, false) },
+			func() error { return expect(l.Lock(other, false), ErrLocked, "second shared lock") },
+			func() error { return expect(l.Lock(other, true), ErrLocked, "exclusive over shared") },
+			func() error { return expect(l.LockAll(), ErrLocked, "lock_all while locked") },
+			func() error { return expect(l.Unlock(other, true), ErrNotLocked, "unlock in the wrong mode") },
+			func() error {
+				if h, x := l.Held(other); !h || x {
+					return fmt.Errorf("Held = %v, %v; want shared", h, x)
+				}
+				return nil
+			},
+			func() error { return l.Unlock(other, false) },
+			func() error { return expect(l.Unlock(other, false), ErrNotLocked, "second unlock") },
+			func() error { return l.LockAll() },
+			func() error { return expect(l.LockAll(), ErrLocked, "second lock_all") },
+			func() error { return expect(l.Lock(r.me(), true), ErrLocked, "lock while lock_all") },
+			func() error { return expect(l.Unlock(r.me(), false), ErrNotLocked, "unlock while lock_all") },
+			func() error { return l.UnlockAll() },
+			// Still usable: an exclusive lock on each in turn.
+			func() error { return r.f.Barrier() },
+			func() error { return l.Lock(0, true) },
+			func() error { return l.Unlock(0, true) },
+			func() error { return r.f.Barrier() },
+		}
+		for i, s := range steps {
+			if err := s(); err != nil {
+				return fmt.Errorf("step %d: %w", i, err)
+			}
+		}
+		if r.c.Load(control.Lock) != 0 {
+			return fmt.Errorf("lock word %#x after misuse", r.c.Load(control.Lock))
+		}
+		return nil
+	})
+}
+
+// TestNoCheck: NoCheck locks record the epoch without touching the words.
+func TestNoCheck(t *testing.T) {
+	runJob(t, 2, jobOpts{}, func(r *rank) error {
+		l := New(r.c)
+		if r.me() == 1 {
+			if err := l.LockNoCheck(0, true); err != nil {
+				return err
+			}
+			if h, x := l.Held(0); !h || !x {
+				return fmt.Errorf("Held after LockNoCheck = %v, %v", h, x)
+			}
+			if err := l.Lock(0, false); !errors.Is(err, ErrLocked) {
+				return fmt.Errorf("lock over a NoCheck lock: %v", err)
+			}
+		}
+		if err := r.f.Barrier(); err != nil {
+			return err
+		}
+		if r.me() == 0 {
+			// The words are untouched: a real lock is free.
+			if v := r.c.Load(control.Lock); v != 0 {
+				return fmt.Errorf("lock word %#x under a NoCheck lock", v)
+			}
+		}
+		if err := r.f.Barrier(); err != nil {
+			return err
+		}
+		if r.me() == 1 {
+			if err := l.Unlock(0, true); err != nil {
+				return err
+			}
+			if err := l.LockAllNoCheck(); err != nil {
+				return err
+			}
+			if !l.HeldAll() {
+				return fmt.Errorf("HeldAll after LockAllNoCheck")
+			}
+			if err := l.UnlockAll(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// TestDeadHolder: the holder of an exclusive lock closes its fabric; a
+// waiting Lock and LockAll fail within the fabric's timeout instead of
+// hanging.
+func TestDeadHolder(t *testing.T) {
+	const timeout = time.Second
+	var survivors sync.WaitGroup
+	survivors.Add(2)
+	runJob(t, 3, jobOpts{timeout: timeout, noBarrier: true}, func(r *rank) error {
+		l := New(r.c)
+		if r.me() != 1 {
+			// Neither survivor closes while the other still needs it.
+			defer func() { survivors.Done(); survivors.Wait() }()
+		}
+		if r.me() == 1 {
+			if err := l.Lock(0, true); err != nil {
+				return err
+			}
+		}
+		if err := r.f.Barrier(); err != nil {
+			return err
+		}
+		if r.me() == 1 {
+			return r.f.Close()
+		}
+		start := time.Now()
+		var err error
+		if r.me() == 0 {
+			err = l.Lock(0, false)
+		} else {
+			err = l.LockAll()
+		}
+		took := time.Since(start)
+		if err == nil {
+			return fmt.Errorf("lock granted while a dead rank holds an exclusive lock")
+		}
+		if !errors.Is(err, transport.ErrTimeout) && !errors.Is(err, transport.ErrPeer) {
+			return fmt.Errorf("unexpected error: %v", err)
+		}
+		if took > 3*timeout {
+			return fmt.Errorf("gave up after %v (timeout %v)", took, timeout)
+		}
+		t.Logf("rank %d: gave up after %v: %v", r.me(), took.Round(time.Millisecond), err)
+		// The failed attempt left the state usable: the same lock can be
+		// tried again (and fails again).
+		if h, _ := l.Held(0); h || l.HeldAll() {
+			return fmt.Errorf("failed lock recorded as held")
+		}
+		return nil
+	})
+}
+
+// TestDeadTarget: a lock on a rank whose fabric is closed fails.
+func TestDeadTarget(t *testing.T) {
+	const timeout = time.Second
+	runJob(t, 2, jobOpts{timeout: timeout, noBarrier: true}, func(r *rank) error {
+		if err := r.f.Barrier(); err != nil {
+			return err
+		}
+		if r.me() == 1 {
+			return r.f.Close()
+		}
+		l := New(r.c)
+		time.Sleep(100 * time.Millisecond) // let the close arrive
+		start := time.Now()
+		err := l.Lock(1, true)
+		if err == nil {
+			return fmt.Errorf("lock of a closed rank succeeded")
+		}
+		if took := time.Since(start); took > 3*timeout {
+			return fmt.Errorf("gave up after %v (timeout %v)", took, timeout)
+		}
+		return nil
+	})
+}
+
+// TestNoAllocs: steady-state lock and unlock allocate nothing of their
+// own. The fabric's blocking wait (transport.Fabric.Wait) currently
+// allocates once per call, so the bound is the number of waits per cycle:
+// 2 per exclusive lock and unlock, 1 per other call.
+func TestNoAllocs(t *testing.T) {
+	runJob(t, 1, jobOpts{}, func(r *rank) error {
+		l := New(r.c)
+		var err error
+		allocs := testing.AllocsPerRun(200, func() {
+			err = errors.Join(err, l.Lock(0, true), l.Unlock(0, true), l.Lock(0, false), l.Unlock(0, false), l.LockAll(), l.UnlockAll())
+		})
+		if err != nil {
+			return err
+		}
+		t.Logf("%v allocations per cycle of 6 calls", allocs)
+		if allocs > 8 {
+			return fmt.Errorf("%v allocations per cycle of 6 calls (at most 8 fabric waits)", allocs)
+		}
+		return nil
+	})
+}
