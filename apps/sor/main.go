@@ -2,7 +2,7 @@
 // into row stripes, one per rank, in five variants of one-sided halo
 // exchange (the seed thesis's application, section 5.2):
 //
-//	rmarun -n 4 ./sor [-variant big|split|lock|pscw|get] [-n 1024] [-iters 200] [-tol 0] [-check 1] [-json]
+//	rmarun -n 4 ./sor [-variant big|split|lock|pscw|get] [-n 1024] [-iters 200] [-tol 0] [-check 1] [-reps 1] [-json]
 //
 // Each iteration relaxes the red points, then the black ones; before each
 // half a rank sends its first row to rank-1 and its last row to rank+1.
@@ -38,6 +38,7 @@ func main() {
 	tol := flag.Float64("tol", 0, "stop when an iteration changes no point by more than this (0: run all iterations)")
 	check := flag.Int("check", 1, "reduce the residual every this many iterations")
 	omega := flag.Float64("omega", 0, "over-relaxation factor (0: the optimum for n)")
+	reps := flag.Int("reps", 1, "solve this many times (and the sequential version too); report the best times")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	flag.Parse()
 	p := problem{n: *n, iters: *iters, check: *check, tol: *tol, omega: *omega}
@@ -50,7 +51,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sor:", err)
 		os.Exit(1)
 	}
-	o, err := run(w, p, *variant)
+	o, err := run(w, p, *variant, *reps)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sor: rank %d: %v\n", w.Rank(), err)
 		os.Exit(1)

@@ -43,20 +43,21 @@ func TestVariants(t *testing.T) {
 	cases := []struct {
 		ranks int
 		p     problem
+		reps  int
 	}{
-		{1, problem{n: 9, iters: 7, check: 1}},
-		{2, problem{n: 16, iters: 12, check: 1}},
-		{3, problem{n: 17, iters: 10, check: 3}},             // 6, 6, 5 rows
-		{4, problem{n: 4, iters: 5, check: 2}},               // one row each
-		{4, problem{n: 30, iters: 400, check: 1, tol: 1e-6}}, // stops by convergence; 8, 8, 7, 7 rows
-		{3, problem{n: 23, iters: 50, check: 4, omega: 1.3}}, // 8, 8, 7 rows
+		{1, problem{n: 9, iters: 7, check: 1}, 1},
+		{2, problem{n: 16, iters: 12, check: 1}, 2},
+		{3, problem{n: 17, iters: 10, check: 3}, 1},             // 6, 6, 5 rows
+		{4, problem{n: 4, iters: 5, check: 2}, 1},               // one row each
+		{4, problem{n: 30, iters: 400, check: 1, tol: 1e-6}, 2}, // stops by convergence; 8, 8, 7, 7 rows
+		{3, problem{n: 23, iters: 50, check: 4, omega: 1.3}, 3}, // 8, 8, 7 rows
 	}
 	for _, v := range variantNames() {
 		for _, c := range cases {
 			c.p.omega = cmpOr(c.p.omega, optimalOmega(c.p.n))
 			t.Run(fmt.Sprintf("%s/%dranks/n%d", v, c.ranks, c.p.n), func(t *testing.T) {
 				rmatest.Run(t, c.ranks, func(w *rma.World) error {
-					o, err := run(w, c.p, v)
+					o, err := run(w, c.p, v, c.reps)
 					if err != nil {
 						return err
 					}

@@ -63,6 +63,13 @@ func (s *stripe) attach(mem []float64) {
 		s.bot[p] = mem[botDisp(n, h, p) : botDisp(n, h, p)+n]
 	}
 	s.rows = mem[rowsDisp(n) : rowsDisp(n)+h*n]
+	s.reset()
+}
+
+// reset sets the rows to the initial values (the halos are filled by the
+// first exchange).
+func (s *stripe) reset() {
+	n := s.n
 	for i := s.lo; i < s.hi; i++ {
 		r := s.row(i)
 		for j := range r {

@@ -57,8 +57,11 @@ func (r *Result) Write(out io.Writer, asJSON bool) error {
 		_, err = fmt.Fprintf(out, "%s\n", b)
 		return err
 	}
-	s := fmt.Sprintf("%s: %d ranks (%s), n %d, %d iterations, %s (%s per iteration), sequential %s, speed-up %.2f",
-		r.System, r.Ranks, r.Provider, r.N, r.Iterations, fmtSec(r.Seconds), fmtSec(r.PerIter), fmtSec(r.SeqSeconds), r.Speedup)
+	s := fmt.Sprintf("%s: %d ranks (%s), n %d, %d iterations, %s", r.System, r.Ranks, r.Provider, r.N, r.Iterations, fmtSec(r.Seconds))
+	if r.PerIter > 0 {
+		s += fmt.Sprintf(" (%s per iteration)", fmtSec(r.PerIter))
+	}
+	s += fmt.Sprintf(", sequential %s, speed-up %.3g", fmtSec(r.SeqSeconds), r.Speedup)
 	for _, k := range slices.Sorted(maps.Keys(r.Extra)) {
 		s += fmt.Sprintf(", %s %.4g", k, r.Extra[k])
 	}
