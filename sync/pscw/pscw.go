@@ -1,0 +1,441 @@
+// Package pscw is the post-start-complete-wait (generalized active target)
+// synchronization of rmago windows (MPI_Win_post, MPI_Win_start,
+// MPI_Win_complete, MPI_Win_wait, MPI_Win_test), built on remote atomics on
+// the window's control region (package sync/control). A rank only ever
+// polls its own words; peers change them through the NIC.
+//
+// # Words
+//
+// On every rank T, in T's control region:
+//
+//   - PostBase+O counts the exposure epochs T was granted by rank O: O adds
+//     1 there when it posts a group containing T;
+//   - Complete counts access epochs to T that ended: each origin O of an
+//     access epoch to T adds 1 when it completes.
+//
+// Both only grow, so no epoch ever resets a word and consecutive epochs
+// cannot be confused: each rank counts, per target, the Starts it made
+// toward it, and sums the sizes of the groups it posted.
+//
+// # Protocol
+//
+//   - Post(group) on T: for each O in group, fetch-add O.PostBase+T += 1.
+//     Post does not wait for the atomics: it returns once they are posted.
+//     Their effect is proven by the completions Wait counts (an origin
+//     cannot complete before it saw the post), and a failure of O's
+//     connection surfaces in Wait or Test. T then expects len(group) more
+//     completions.
+//   - Start(group) on O: for each T in group, wait until O's own word
+//     PostBase+T exceeds the number of Starts O already made toward T, then
+//     count this one. Only local memory is polled, with backoff.
+//   - Complete on O: for each T of the access epoch, fetch-add
+//     T.Complete += 1, posted behind O's puts to T on the same reliable
+//     queue pair, so executed after them; all are posted before any is
+//     awaited, and Complete returns when all have completed.
+//   - Wait on T: wait until T's own Complete word reaches the total number
+//     of completions expected by the end of this exposure epoch (the sum of
+//     the sizes of every group T posted). Test is the same check, once.
+//
+// # Costs
+//
+//	Post(k ranks)   k atomics, not awaited (0 round trips)
+//	Start           0 atomics (local polling)
+//	Complete(k)     k atomics, 1 round trip (all in flight together)
+//	Wait, Test      0 atomics (local polling)
+//
+// Every Complete atomic is a signalled request, so its own completion tells
+// the fabric's Wait it is done without an extra flush request.
+//
+// # Waiting
+//
+// Start and Wait poll local words with a backoff (see the constants in
+// backoff.go: yielding for the first few hundred microseconds, then
+// sleeping up to about a millisecond between polls). Each poll also checks
+// the connections to the ranks waited for and makes progress on the
+// fabric's completion queue, so that a peer that dies abruptly (its
+// connection breaks) fails the wait at once with that connection's error.
+// A peer that ends in order, or simply never posts or completes, fails the
+// wait after the fabric's timeout (transport.Fabric.Timeout) with an error
+// wrapping transport.ErrTimeout. After a timeout the epoch is as before the
+// call: a Start that timed out opened nothing and can be called again, a
+// Wait that timed out leaves the exposure epoch open.
+//
+// # NoCheck
+//
+// PostNoCheck and StartNoCheck (MPI_MODE_NOCHECK) skip the handshake: the
+// program guarantees that each matching Start happens after the Post has
+// completed everywhere it matters (by some other synchronization). The
+// post atomics are skipped and so is the wait for them, and the counters
+// stay in step only if the assertion is used on both sides of every
+// matching pair, as MPI requires: a PostNoCheck must be matched by
+// StartNoCheck calls and vice versa. Complete and Wait are unchanged.
+//
+// # What the caller does
+//
+// Before Complete the caller completes (flushes) its gets and fetching
+// atomics to the group: the target may reuse its memory as soon as Wait
+// returns, and Complete's atomic is ordered only behind requests on the
+// same queue pair, which covers puts (RC executes them in order at the
+// target) but not a read's response on its way back. Puts need no flush.
+// Wait returning means every put of the group's origins is in this rank's
+// memory.
+//
+// # Concurrency and errors
+//
+// The exposure side (Post, Wait, Test) and the access side (Start,
+// Complete) keep separate state and may be driven by two goroutines at
+// once; calls of one side must not run concurrently. Misuse (ErrNotStarted,
+// ErrNotPosted, ErrEpochOpen, ErrGroup) changes nothing. A fabric error
+// during Post or Complete leaves the counters undefined (the job is
+// expected to end, as MPI's errors are fatal by default).
+//
+// A PSCW owns a small registered array of result words (one per rank, where
+// the old values of its atomics land: each written only by the queue pair
+// to that rank); Close releases it.
+package pscw
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rmago/rmago/sync/control"
+	"github.com/rmago/rmago/transport"
+	"github.com/rmago/rmago/verbs"
+)
+
+// Misuse errors, errors.Is-able. They leave the state unchanged.
+var (
+	// ErrNotStarted: Complete without an access epoch (Start).
+	ErrNotStarted = errors.New("pscw: no access epoch (complete without start)")
+	// ErrNotPosted: Wait or Test without an exposure epoch (Post).
+	ErrNotPosted = errors.New("pscw: no exposure epoch (wait without post)")
+	// ErrEpochOpen: Post while an exposure epoch is open, or Start while an
+	// access epoch is open.
+	ErrEpochOpen = errors.New("pscw: epoch already open")
+	// ErrGroup: a group names a rank out of range or a rank twice.
+	ErrGroup = errors.New("pscw: bad group")
+	// ErrClosed: the PSCW was closed.
+	ErrClosed = errors.New("pscw: closed")
+)
+
+// progressTag is a notification tag used only to make progress on the
+// fabric's completion queue: TestNotify with a count of zero polls the
+// queue once and consumes nothing, whatever the tag.
+const progressTag = 0
+
+// PSCW is one window's post-start-complete-wait state on this rank.
+type PSCW struct {
+	c    *control.Region
+	f    *transport.Fabric
+	me   int
+	size int
+	err  error // sticky: allocation failure, or ErrClosed
+
+	// Result words: land[r] receives the old values of atomics to rank r.
+	mem  *transport.Memory
+	mr   verbs.MR
+	land transport.Local
+
+	// Exposure side.
+	posted   bool
+	exposure []int    // the open epoch's group
+	expected uint64   // completions expected by the end of the open epoch
+	postSeq  []uint64 // per rank: the last post atomic's sequence number
+	markE    []uint32 // group validation
+	stampE   uint32
+
+	// Access side.
+	started bool
+	access  []int    // the open epoch's group
+	starts  []uint64 // per target: checked Starts so far
+	pending []int    // targets Start still waits for
+	seqs    []uint64 // Complete: sequence numbers, by index in access
+	markA   []uint32
+	stampA  uint32
+	wr      verbs.SendWR // Complete's atomics (the fabric copies it)
+	sge     [1]verbs.SGE
+}
+
+// New returns the PSCW protocol of the window whose control region is c.
+// It is local (not collective). It allocates and registers the result
+// words; if that fails, every call returns the error.
+func New(c *control.Region) *PSCW {
+	n := c.F.Size()
+	p := &PSCW{
+		c: c, f: c.F, me: c.F.Rank(), size: n,
+		exposure: make([]int, 0, n), postSeq: make([]uint64, n), markE: make([]uint32, n),
+		access: make([]int, 0, n), starts: make([]uint64, n), pending: make([]int, 0, n),
+		seqs: make([]uint64, n), markA: make([]uint32, n),
+	}
+	mem, err := transport.AllocMemory(8 * n)
+	if err != nil {
+		p.err = fmt.Errorf("pscw: result words: %w", err)
+		return p
+	}
+	mr, err := c.F.PD().RegMR(mem.Bytes(), verbs.AccessLocalWrite)
+	if err != nil {
+		mem.Free()
+		p.err = fmt.Errorf("pscw: registering result words: %w", err)
+		return p
+	}
+	p.mem, p.mr = mem, mr
+	p.land = transport.Local{Addr: mr.Addr(), LKey: mr.LKey()}
+	return p
+}
+
+// Close waits for this rank's outstanding post atomics and releases the
+// result words. Call it when the window is freed, before its control
+// region is closed. Later calls fail with ErrClosed.
+func (p *PSCW) Close() error {
+	if p.mr == nil {
+		p.err = ErrClosed
+		return nil
+	}
+	var errs []error
+	for r, seq := range p.postSeq {
+		if seq != 0 {
+			if err := p.f.Wait(r, seq); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	errs = append(errs, p.mr.Dereg(), p.mem.Free())
+	p.mr, p.mem, p.err = nil, nil, ErrClosed
+	return errors.Join(errs...)
+}
+
+// landAt is the result word for atomics to rank r.
+func (p *PSCW) landAt(r int) transport.Local {
+	return transport.Local{Addr: p.land.Addr + 8*uint64(r), LKey: p.land.LKey}
+}
+
+// Post opens an exposure epoch of this rank's window to the ranks in group
+// (MPI_Win_post): it tells each of them with one remote atomic and returns
+// without waiting for the atomics. group may be empty, and may contain
+// this rank.
+func (p *PSCW) Post(group []int) error { return p.post(group, false) }
+
+// PostNoCheck opens an exposure epoch without telling the group
+// (MPI_MODE_NOCHECK): the matching Starts must be StartNoCheck calls made
+// only after this Post, as the program guarantees by other means.
+func (p *PSCW) PostNoCheck(group []int) error { return p.post(group, true) }
+
+func (p *PSCW) post(group []int, noCheck bool) error {
+	if p.err != nil {
+		return p.err
+	}
+	if p.posted {
+		return fmt.Errorf("%w: post while an exposure epoch is open", ErrEpochOpen)
+	}
+	if err := checkGroup(group, p.size, p.markE, &p.stampE); err != nil {
+		return err
+	}
+	if !noCheck {
+		for _, o := range group {
+			seq, err := p.f.FetchAdd(o, p.landAt(o), p.c.RemoteAt(o, control.PostBase+p.me), 1)
+			if err != nil {
+				return fmt.Errorf("pscw: post to rank %d: %w", o, err)
+			}
+			p.postSeq[o] = seq
+		}
+	}
+	p.exposure = append(p.exposure[:0], group...)
+	p.expected += uint64(len(group))
+	p.posted = true
+	return nil
+}
+
+// Start opens an access epoch to the ranks in group (MPI_Win_start): it
+// waits until each of them has posted an exposure epoch to this rank that
+// no earlier Start matched. It polls local memory only, bounded by the
+// fabric's timeout. group may be empty, and may contain this rank.
+func (p *PSCW) Start(group []int) error { return p.start(group, false) }
+
+// StartNoCheck opens an access epoch without waiting for the posts
+// (MPI_MODE_NOCHECK): the matching Posts were PostNoCheck calls that have
+// already happened, as the program guarantees by other means.
+func (p *PSCW) StartNoCheck(group []int) error { return p.start(group, true) }
+
+func (p *PSCW) start(group []int, noCheck bool) error {
+	if p.err != nil {
+		return p.err
+	}
+	if p.started {
+		return fmt.Errorf("%w: start while an access epoch is open", ErrEpochOpen)
+	}
+	if err := checkGroup(group, p.size, p.markA, &p.stampA); err != nil {
+		return err
+	}
+	if !noCheck {
+		p.pending = p.pending[:0]
+		for _, t := range group {
+			if !p.postedBy(t) {
+				p.pending = append(p.pending, t)
+			}
+		}
+		var b backoff
+		b.reset(p.f.Timeout())
+		for len(p.pending) > 0 {
+			if err := p.failed(p.pending); err != nil {
+				return fmt.Errorf("pscw: start: waiting for a post: %w", err)
+			}
+			if !b.pause() {
+				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post, rank %d among them)",
+					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), p.pending[0])
+			}
+			p.progress()
+			keep := p.pending[:0]
+			for _, t := range p.pending {
+				if !p.postedBy(t) {
+					keep = append(keep, t)
+				}
+			}
+			p.pending = keep
+		}
+		for _, t := range group {
+			p.starts[t]++
+		}
+	}
+	p.access = append(p.access[:0], group...)
+	p.started = true
+	return nil
+}
+
+// postedBy reports whether rank t posted an exposure epoch to this rank
+// that no Start matched yet.
+func (p *PSCW) postedBy(t int) bool {
+	return p.c.Load(control.PostBase+t) > p.starts[t]
+}
+
+// Complete ends the access epoch (MPI_Win_complete): it adds one to each
+// target's Complete word, behind this rank's puts to it, and returns once
+// all the additions have completed. The caller has flushed its gets and
+// fetching atomics to the group before.
+func (p *PSCW) Complete() error {
+	if p.err != nil {
+		return p.err
+	}
+	if !p.started {
+		return ErrNotStarted
+	}
+	p.started = false
+	var err error
+	n := 0
+	for i, t := range p.access {
+		local, remote := p.landAt(t), p.c.RemoteAt(t, control.Complete)
+		p.sge[0] = verbs.SGE{Addr: local.Addr, Length: 8, LKey: local.LKey}
+		p.wr = verbs.SendWR{Op: verbs.OpFetchAdd, Flags: verbs.Signaled, SGL: p.sge[:], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: 1}
+		seq, e := p.f.Post(t, &p.wr)
+		if e != nil {
+			err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
+			break
+		}
+		p.seqs[i] = seq
+		n = i + 1
+	}
+	for i, t := range p.access[:n] {
+		if e := p.f.Wait(t, p.seqs[i]); e != nil && err == nil {
+			err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
+		}
+	}
+	return err
+}
+
+// Wait ends the exposure epoch (MPI_Win_wait): it returns once every rank
+// of the posted group has completed its access epoch to this rank, so that
+// their puts are in this rank's memory. It polls local memory only, bounded
+// by the fabric's timeout; after a timeout the epoch is still open.
+func (p *PSCW) Wait() error {
+	if p.err != nil {
+		return p.err
+	}
+	if !p.posted {
+		return ErrNotPosted
+	}
+	var b backoff
+	b.reset(p.f.Timeout())
+	for !p.done() {
+		if err := p.failed(p.exposure); err != nil {
+			return fmt.Errorf("pscw: wait: %w", err)
+		}
+		if !b.pause() {
+			return fmt.Errorf("pscw: wait: %w after %v (%d of %d completions arrived)",
+				transport.ErrTimeout, p.f.Timeout(), p.arrived(), len(p.exposure))
+		}
+		p.progress()
+	}
+	p.posted = false
+	return nil
+}
+
+// Test is the non-blocking Wait (MPI_Win_test): it reports whether every
+// rank of the posted group has completed, and ends the exposure epoch if
+// so. It fails if the connection to a rank of the group has failed.
+func (p *PSCW) Test() (bool, error) {
+	if p.err != nil {
+		return false, p.err
+	}
+	if !p.posted {
+		return false, ErrNotPosted
+	}
+	if !p.done() {
+		p.progress()
+		if err := p.failed(p.exposure); err != nil {
+			return false, fmt.Errorf("pscw: test: %w", err)
+		}
+		if !p.done() {
+			return false, nil
+		}
+	}
+	p.posted = false
+	return true, nil
+}
+
+// done reports whether the open exposure epoch's completions have all
+// arrived. The Complete word may run ahead only with StartNoCheck origins
+// that already completed their next epoch.
+func (p *PSCW) done() bool { return p.c.Load(control.Complete) >= p.expected }
+
+// arrived is the number of completions of the open exposure epoch so far.
+func (p *PSCW) arrived() uint64 {
+	return p.c.Load(control.Complete) - (p.expected - uint64(len(p.exposure)))
+}
+
+// failed returns the error of the first rank in ranks whose connection has
+// failed.
+func (p *PSCW) failed(ranks []int) error {
+	for _, r := range ranks {
+		if err := p.f.Err(r); err != nil {
+			return fmt.Errorf("rank %d failed: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// progress polls the fabric's completion queue once, without blocking, so
+// that a broken connection is noticed (recorded as that peer's error) even
+// though this rank only polls its own memory.
+func (p *PSCW) progress() { p.f.TestNotify(progressTag, 0) }
+
+// checkGroup validates a group: ranks in [0, size), none twice. mark and
+// stamp make the duplicate check allocation-free.
+func checkGroup(group []int, size int, mark []uint32, stamp *uint32) error {
+	if len(group) > size {
+		return fmt.Errorf("%w: %d ranks in a job of %d", ErrGroup, len(group), size)
+	}
+	*stamp++
+	if *stamp == 0 {
+		clear(mark)
+		*stamp = 1
+	}
+	for _, r := range group {
+		if r < 0 || r >= size {
+			return fmt.Errorf("%w: rank %d out of range [0, %d)", ErrGroup, r, size)
+		}
+		if mark[r] == *stamp {
+			return fmt.Errorf("%w: rank %d appears twice", ErrGroup, r)
+		}
+		mark[r] = *stamp
+	}
+	return nil
+}
