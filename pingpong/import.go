@@ -5,18 +5,22 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// runImport converts the CSV of the C ping-pong (ci/compare/pp.c) into a
+// runImport converts (and merges) the CSV of the C ping-pong (ci/compare/pp.c) into a
 // Report, so MPI results plot and compare beside rmago's. Each CSV line is
 //
 //	lib,bench,mode,ranks,n_doubles,bytes,iters,reps,ok,t1,...,tR
 //
 // with the repetitions' round-trip times in µs; lines starting with
-// "lib," or "#" are skipped. A line whose ok field is not "ok" (the C
+// "lib," or "#" are skipped. JSON files that pingpong wrote are merged
+// too: results of the same benchmark, mode, window, ranks and size from
+// several files (the interleaved rounds of make compare) become one, with
+// every file's repetitions. A line whose ok field is not "ok" (the C
 // program saw wrong data) makes the import fail.
 func runImport(args []string) error {
 	fs := newFlagSet("import", "pingpong import -o out.json -system NAME [-provider tcp|shm] file.csv ...")
@@ -33,15 +37,23 @@ func runImport(args []string) error {
 	rep := Report{Meta: Meta{Provider: *provider, Host: host, CPUs: runtime.NumCPU(),
 		Time: time.Now().Format(time.RFC3339), Command: os.Args}}
 	for _, path := range fs.Args() {
-		if err := importCSV(path, &rep); err != nil {
+		var err error
+		if strings.HasSuffix(path, ".json") {
+			err = importJSON(path, &rep)
+		} else {
+			err = importCSV(path, &rep)
+		}
+		if err != nil {
 			return err
 		}
 	}
+	rep.Results = mergeResults(rep.Results)
 	if len(rep.Results) == 0 {
 		return fmt.Errorf("import: no results in %s", strings.Join(fs.Args(), ", "))
 	}
-	rep.Meta.System = *system
-	if rep.Meta.System == "" {
+	if *system != "" {
+		rep.Meta.System = *system
+	} else if rep.Meta.System == "" {
 		rep.Meta.System = strings.TrimSpace(rep.Meta.Library + " " + *provider)
 	}
 	return writeJSON(*out, &rep)
@@ -92,4 +104,55 @@ func importCSV(path string, rep *Report) error {
 		rep.Results = append(rep.Results, r)
 	}
 	return sc.Err()
+}
+
+// importJSON adds a pingpong JSON file's results; the first file's
+// metadata is kept.
+func importJSON(path string, rep *Report) error {
+	r, err := readJSON(path)
+	if err != nil {
+		return err
+	}
+	for _, res := range r.Results {
+		if !res.Verified {
+			return fmt.Errorf("%s: %s %s, %d bytes: data not verified", path, res.Bench, res.Sync, res.Bytes)
+		}
+	}
+	if rep.Meta.Library == "" {
+		keep := rep.Meta
+		rep.Meta = r.Meta
+		rep.Meta.Command = keep.Command
+		if keep.Provider != "" {
+			rep.Meta.Provider = keep.Provider
+		}
+	}
+	rep.Meta.Ranks = max(rep.Meta.Ranks, r.Meta.Ranks)
+	rep.Results = append(rep.Results, r.Results...)
+	return nil
+}
+
+// mergeResults joins results of the same benchmark, mode, window, ranks
+// and size, in first-seen order, pooling their repetitions.
+func mergeResults(in []Result) []Result {
+	type key struct {
+		bench, sync, window string
+		ranks, bytes        int
+	}
+	idx := map[key]int{}
+	var out []Result
+	for _, r := range in {
+		k := key{r.Bench, r.Sync, r.Window, r.Ranks, r.Bytes}
+		i, ok := idx[k]
+		if !ok {
+			idx[k] = len(out)
+			out = append(out, r)
+			continue
+		}
+		m := &out[i]
+		samples := append(slices.Clone(m.Samples), r.Samples...)
+		m.Iters = max(m.Iters, r.Iters)
+		m.Verified = m.Verified && r.Verified
+		m.summarize(samples)
+	}
+	return out
 }

@@ -6,6 +6,7 @@
 //	rmarun -n 2 ./pingpong lat [flags]            put+flush, get+flush, fetch-add latency
 //	./pingpong plot -o out.svg a.json b.json      latency/bandwidth plots (SVG and PNG)
 //	./pingpong import -o mpi.json mpi.csv         MPI ping-pong CSV (ci/compare) to JSON
+//	./pingpong table a.json b.json ...            Markdown tables, ratios to the first system
 //
 // # One-to-one (the seed thesis's method, section 5.1)
 //
@@ -71,6 +72,7 @@ var subcommands = map[string]func(args []string) error{
 	"lat":     runLat,
 	"plot":    runPlot,
 	"import":  runImport,
+	"table":   runTable,
 }
 
 func main() {
@@ -115,6 +117,7 @@ subcommands:
   lat      put+flush, get+flush and fetch-add latency
   plot     pingpong plot -o out.svg a.json [b.json ...] (also writes out.png)
   import   pingpong import -o mpi.json mpi.csv (the C ping-pong's CSV)
+  table    pingpong table [-base SYSTEM] a.json b.json ...: Markdown tables with ratios
 
 'pingpong SUBCOMMAND -h' lists a subcommand's flags.
 `)
