@@ -2,7 +2,7 @@
 // (linear probing) whose slots are spread over all ranks, then looks every
 // key up, all with one-sided operations under LockAll:
 //
-//	rmarun -n 4 ./hashtable [-keys 20000] [-slots 40000] [-json]
+//	rmarun -n 4 ./hashtable [-keys 5000] [-slots 10000] [-json]
 //
 // An insert claims a slot with CompareAndSwap(empty → key) on the owner's
 // NIC, probing on if another key holds it, and stops if its own key is
@@ -24,7 +24,7 @@ import (
 )
 
 func main() {
-	keys := flag.Int("keys", 20000, "keys each rank inserts (half shared with each neighbour rank)")
+	keys := flag.Int("keys", 5000, "keys each rank inserts (half shared with each neighbour rank)")
 	slots := flag.Int("slots", 0, "slots per rank (0: 2×keys)")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	flag.Parse()
