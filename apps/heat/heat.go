@@ -18,6 +18,7 @@ type config struct {
 	n     int
 	steps int
 	cols  string // "pack" or "vector": how columns travel
+	reps  int    // runs from the initial grid; the best time counts
 }
 
 // kappa is the diffusion number of the explicit step (stable up to 1/4).
@@ -144,18 +145,22 @@ func newBlock(w *rma.World, cfg config) (*block, error) {
 		b.in[p] = mem[d.inDisp(p) : d.inDisp(p)+d.bh]
 		b.out[p] = mem[d.outDisp(p) : d.outDisp(p)+d.bh]
 	}
-	// Both copies start with the initial values, halos included where
-	// they are the grid's fixed boundary.
+	b.reset()
+	return b, nil
+}
+
+// reset sets both grid copies to the initial values, halos included
+// where they are the grid's fixed boundary.
+func (b *block) reset() {
 	for p := range 2 {
 		for i := b.r0 - 1; i <= b.r1; i++ {
 			for j := b.c0 - 1; j <= b.c1; j++ {
-				if i >= 0 && i < n && j >= 0 && j < n {
-					b.grid[p][b.at(i, j)] = initial(n, i, j)
+				if i >= 0 && i < b.n && j >= 0 && j < b.n {
+					b.grid[p][b.at(i, j)] = initial(b.n, i, j)
 				}
 			}
 		}
 	}
-	return b, nil
 }
 
 // at is the index of global point (i, j) in a grid copy.
@@ -269,21 +274,28 @@ func run(w *rma.World, cfg config) (outcome, error) {
 	if err != nil {
 		return out, err
 	}
-	if err := w.Barrier(); err != nil {
-		return out, err
-	}
-	start := time.Now()
-	for t := range cfg.steps {
-		if err := b.exchange(t % 2); err != nil {
+	for rep := range max(cfg.reps, 1) {
+		if rep > 0 {
+			b.reset()
+		}
+		if err := w.Barrier(); err != nil {
 			return out, err
 		}
-		b.step(t % 2)
+		start := time.Now()
+		for t := range cfg.steps {
+			if err := b.exchange(t % 2); err != nil {
+				return out, err
+			}
+			b.step(t % 2)
+		}
+		slowest, err := red.Max(time.Since(start).Seconds())
+		if err != nil {
+			return out, err
+		}
+		if d := time.Duration(slowest * float64(time.Second)); rep == 0 || d < out.elapsed {
+			out.elapsed = d
+		}
 	}
-	slowest, err := red.Max(time.Since(start).Seconds())
-	if err != nil {
-		return out, err
-	}
-	out.elapsed = time.Duration(slowest * float64(time.Second))
 	if err := b.verify(w, cfg, red, &out); err != nil {
 		return out, err
 	}
@@ -305,14 +317,18 @@ func (b *block) verify(w *rma.World, cfg config, red *coll.Reducer[float64], out
 	var seq float64
 	if w.Rank() == 0 {
 		g := ref.Local()
-		for i := range n {
-			for j := range n {
-				g[i*n+j] = initial(n, i, j)
+		for rep := range max(cfg.reps, 1) {
+			for i := range n {
+				for j := range n {
+					g[i*n+j] = initial(n, i, j)
+				}
+			}
+			start := time.Now()
+			sequential(cfg, g)
+			if d := time.Since(start).Seconds(); rep == 0 || d < seq {
+				seq = d
 			}
 		}
-		start := time.Now()
-		sequential(cfg, g)
-		seq = time.Since(start).Seconds()
 	}
 	if err := ref.Fence(0); err != nil {
 		return err

@@ -3,7 +3,7 @@
 // decomposition of the ranks (2×2 with 4 ranks), exchanging halos with
 // Put under post-start-complete-wait with the four neighbours:
 //
-//	rmarun -n 4 ./heat [-n 1024] [-steps 200] [-cols pack|vector] [-json]
+//	rmarun -n 4 ./heat [-n 1024] [-steps 200] [-cols pack|vector] [-reps 1] [-json]
 //
 // Halo rows are contiguous and go straight into the neighbours' grids.
 // Halo columns are not: with -cols pack (the default) a rank packs each
@@ -27,6 +27,7 @@ func main() {
 	n := flag.Int("n", 1024, "grid size (n×n points, the fixed boundary included)")
 	steps := flag.Int("steps", 200, "time steps")
 	cols := flag.String("cols", "pack", "halo columns: pack (one put of a packed buffer) or vector (one put per element)")
+	reps := flag.Int("reps", 1, "run this many times (the sequential version too); report the best times")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	flag.Parse()
 	w, err := rma.Init()
@@ -34,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "heat:", err)
 		os.Exit(1)
 	}
-	cfg := config{n: *n, steps: *steps, cols: *cols}
+	cfg := config{n: *n, steps: *steps, cols: *cols, reps: *reps}
 	o, err := run(w, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "heat: rank %d: %v\n", w.Rank(), err)
