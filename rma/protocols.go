@@ -1,8 +1,34 @@
 package rma
 
-import "github.com/rmago/rmago/sync/control"
+import (
+	"github.com/rmago/rmago/sync/control"
+	"github.com/rmago/rmago/sync/lock"
+	"github.com/rmago/rmago/sync/pscw"
+)
+
+// lockProtocol is the passive-target protocol (sync/lock).
+type lockProtocol interface {
+	Lock(target int, exclusive bool) error
+	LockNoCheck(target int, exclusive bool) error
+	Unlock(target int, exclusive bool) error
+	LockAll() error
+	LockAllNoCheck() error
+	UnlockAll() error
+}
+
+// pscwProtocol is the post-start-complete-wait protocol (sync/pscw).
+type pscwProtocol interface {
+	Post(group []int) error
+	PostNoCheck(group []int) error
+	Start(group []int) error
+	StartNoCheck(group []int) error
+	Complete() error
+	Wait() error
+	Test() (bool, error)
+	Close() error
+}
 
 // newProtocols builds a window's lock and PSCW protocols over its control region.
 func newProtocols(c *control.Region) (lockProtocol, pscwProtocol) {
-	return nil, nil // wired to sync/lock and sync/pscw
+	return lock.New(c), pscw.New(c)
 }

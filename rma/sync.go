@@ -51,23 +51,6 @@ func (e *epochs) open() string {
 	return ""
 }
 
-// lockProtocol is the passive-target protocol (sync/lock).
-type lockProtocol interface {
-	Lock(target int, exclusive bool) error
-	Unlock(target int, exclusive bool) error
-	LockAll() error
-	UnlockAll() error
-}
-
-// pscwProtocol is the post-start-complete-wait protocol (sync/pscw).
-type pscwProtocol interface {
-	Post(group []int) error
-	Start(group []int) error
-	Complete() error
-	Wait() error
-	Test() (bool, error)
-}
-
 // LockType is the kind of a passive-target lock.
 type LockType uint8
 
@@ -238,27 +221,19 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	case win.ep.lock[target] != lockNone:
 		return fmt.Errorf("%w: rank %d is already locked", ErrEpochConflict, target)
 	}
-	if assert&NoCheck == 0 {
-		if err := win.locks.Lock(target, typ == Exclusive); err != nil {
-			return err
-		}
+	lockFn := win.locks.Lock
+	if assert&NoCheck != 0 {
+		lockFn = win.locks.LockNoCheck
+	}
+	if err := lockFn(target, typ == Exclusive); err != nil {
+		return err
 	}
 	win.ep.lock[target] = lockShared
 	if typ == Exclusive {
 		win.ep.lock[target] = lockExclusive
 	}
 	win.ep.nlocks++
-	win.noCheck(target, assert)
 	return nil
-}
-
-// noCheck remembers locks taken without the protocol, to release them the
-// same way.
-func (win *Window[T]) noCheck(target int, assert Assert) {
-	if win.skipped == nil {
-		win.skipped = make([]bool, len(win.remotes)+1)
-	}
-	win.skipped[target+1] = assert&NoCheck != 0
 }
 
 // Unlock completes every operation to target (as Flush) and releases the
@@ -274,7 +249,7 @@ func (win *Window[T]) Unlock(target int) error {
 		return fmt.Errorf("%w: rank %d", ErrNotLocked, target)
 	}
 	err := win.flushLocked(target)
-	if err == nil && !win.skipped[target+1] {
+	if err == nil {
 		err = win.locks.Unlock(target, typ == lockExclusive)
 	}
 	win.ep.lock[target] = lockNone
@@ -297,13 +272,14 @@ func (win *Window[T]) LockAll(assert Assert) error {
 	case win.ep.access || win.ep.lockAll || win.ep.nlocks > 0:
 		return fmt.Errorf("%w: LockAll while %s", ErrEpochConflict, win.ep.open())
 	}
-	if assert&NoCheck == 0 {
-		if err := win.locks.LockAll(); err != nil {
-			return err
-		}
+	lockAll := win.locks.LockAll
+	if assert&NoCheck != 0 {
+		lockAll = win.locks.LockAllNoCheck
+	}
+	if err := lockAll(); err != nil {
+		return err
 	}
 	win.ep.lockAll = true
-	win.noCheck(-1, assert)
 	return nil
 }
 
@@ -318,7 +294,7 @@ func (win *Window[T]) UnlockAll() error {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrNotLocked)
 	}
 	err := win.flushLocked(-1)
-	if err == nil && !win.skipped[0] {
+	if err == nil {
 		err = win.locks.UnlockAll()
 	}
 	win.ep.lockAll = false
@@ -355,7 +331,11 @@ func (win *Window[T]) Post(group []int, assert Assert) error {
 	if win.ep.fence {
 		return fmt.Errorf("%w: Post inside a fence epoch", ErrEpochConflict)
 	}
-	if err := win.pscw.Post(group); err != nil {
+	post := win.pscw.Post
+	if assert&NoCheck != 0 {
+		post = win.pscw.PostNoCheck
+	}
+	if err := post(group); err != nil {
 		return err
 	}
 	win.ep.exposure = true
@@ -376,7 +356,11 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 	if win.ep.access || win.ep.fence || win.ep.lockAll || win.ep.nlocks > 0 {
 		return fmt.Errorf("%w: Start while %s", ErrEpochConflict, cmpOr(win.ep.open(), "a fence epoch is open"))
 	}
-	if err := win.pscw.Start(group); err != nil {
+	start := win.pscw.Start
+	if assert&NoCheck != 0 {
+		start = win.pscw.StartNoCheck
+	}
+	if err := start(group); err != nil {
 		return err
 	}
 	win.ep.access = true

@@ -89,7 +89,6 @@ type Window[T Number] struct {
 	puts    bool   // puts issued since the last synchronization
 	reads   []bool // per rank: reads or atomics to flush at the next synchronization
 	flushes []int  // scratch for the fence
-	skipped []bool // [0]: LockAll, [1+r]: lock on r, taken with NoCheck
 	freed   bool
 }
 
@@ -290,6 +289,9 @@ func (win *Window[T]) release() {
 	}
 	win.pinner.Unpin()
 	win.local = nil
+	if win.pscw != nil {
+		win.pscw.Close()
+	}
 	if win.ctrl != nil {
 		win.ctrl.Close()
 	}
