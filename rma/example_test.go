@@ -96,3 +96,113 @@ func ExampleWindow_Fence() {
 	})
 	// Output: 1.5
 }
+
+// Passive target: every rank adds to a counter at rank 0 under an exclusive
+// lock with get-modify-put; rank 0 takes no part.
+func ExampleWindow_Lock() {
+	rmatest.Start(3, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		v := make([]int64, 1)
+		win.Lock(0, rma.Exclusive, 0)
+		win.Get(v, 0, 0)
+		win.Flush(0) // v holds the counter
+		v[0] += 10
+		win.Put(v, 0, 0)
+		win.Unlock(0) // the put is complete at rank 0
+		w.Barrier()
+		if w.Rank() == 0 {
+			fmt.Println(win.LoadLocal(0))
+		}
+		return nil
+	})
+	// Output: 30
+}
+
+// LockAll opens a shared epoch to every rank; atomics need no exclusive lock.
+func ExampleWindow_LockAll() {
+	rmatest.Start(4, func(w *rma.World) error {
+		win, err := rma.Allocate[uint64](w, 1)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		win.LockAll(0)
+		ticket, _ := win.FetchAndOp(1, 0, 0, rma.Sum) // a distinct ticket per rank
+		win.UnlockAll()
+		_ = ticket
+		w.Barrier()
+		if w.Rank() == 0 {
+			fmt.Println("tickets issued:", win.LoadLocal(0))
+		}
+		return nil
+	})
+	// Output: tickets issued: 4
+}
+
+// Post-start-complete-wait: rank 0 exposes its window to ranks 1 and 2,
+// which put into it; only the ranks involved synchronize.
+func ExampleWindow_Post() {
+	rmatest.Start(3, func(w *rma.World) error {
+		win, err := rma.Allocate[int32](w, 3)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		if w.Rank() == 0 {
+			win.Post([]int{1, 2}, 0)
+			win.Wait() // ranks 1 and 2 completed: their puts are here
+			fmt.Println(win.Local())
+		} else {
+			win.Start([]int{0}, 0)
+			win.Put([]int32{int32(w.Rank() * 11)}, 0, w.Rank())
+			win.Complete()
+		}
+		return nil
+	})
+	// Output: [0 11 22]
+}
+
+// Accumulate combines element-wise and atomically; concurrent sums from
+// every rank never lose an update.
+func ExampleWindow_Accumulate() {
+	rmatest.Start(4, func(w *rma.World) error {
+		win, err := rma.Allocate[float64](w, 2)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		win.Fence(0)
+		win.Accumulate([]float64{1, float64(w.Rank())}, 0, 0, rma.Sum)
+		win.Fence(0)
+		if w.Rank() == 0 {
+			fmt.Println(win.Local())
+		}
+		return nil
+	})
+	// Output: [4 6]
+}
+
+// Request-based operations complete independently of the epoch.
+func ExampleWindow_RGet() {
+	rmatest.Start(2, func(w *rma.World) error {
+		win, err := rma.Create(w, []int16{int16(w.Rank() + 1), 0})
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		win.LockAll(0)
+		got := make([]int16, 1)
+		req, _ := win.RGet(got, 1-w.Rank(), 0)
+		req.Wait() // got is filled; the epoch is still open
+		win.UnlockAll()
+		if w.Rank() == 0 {
+			fmt.Println(got[0])
+		}
+		return nil
+	})
+	// Output: 2
+}

@@ -30,10 +30,10 @@ func TestAsProcesses(t *testing.T) {
 		n   string
 		run string
 	}{
-		{"2", "TestPutGetSizes|TestZeroLengthWindows"},
-		{"3", "TestPutGetTypes|TestBadInput"},
-		{"4", "TestPutGetRanks"},
-		{"5", "TestAllToAllDisplacements"},
+		{"2", "TestPutGetSizes|TestZeroLengthWindows|TestEpochMisuse|TestPSCWRing"},
+		{"3", "TestPutGetTypes|TestBadInput|TestAccumulateOps"},
+		{"4", "TestPutGetRanks|TestAccumulateSumCounter|TestFetchAndOp|TestCompareAndSwapMutex|TestSharedReaders|TestLockAllFlushLoop|TestRequestsOutOfOrder"},
+		{"5", "TestAllToAllDisplacements|TestExclusiveLockCounter|TestPSCWStar"},
 	} {
 		cmd := exec.Command(rmarun, "-n", c.n, "-provider", "soft", "-timeout", "5m", suite, "-test.run", c.run, "-test.v")
 		cmd.Env = append(os.Environ(), "RMAGO_TIMEOUT=60s")
