@@ -1,0 +1,7 @@
+//go:build !linux
+
+package wait
+
+import "runtime"
+
+func yieldThread() { runtime.Gosched() }
