@@ -1,13 +1,17 @@
 package rma_test
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/rmago/rmago/rma"
 	"github.com/rmago/rmago/rma/rmatest"
+	"github.com/rmago/rmago/transport"
 )
 
 // TestAsProcesses runs this package's tests again with one rank per
@@ -46,5 +50,53 @@ func TestAsProcesses(t *testing.T) {
 			t.Fatalf("rmarun -n %s (%s): no pass\n%s", c.n, c.run, out)
 		}
 		t.Logf("rmarun -n %s %s: ok", c.n, c.run)
+	}
+}
+
+// TestDeadPeerRank is one rank's side of TestDeadPeer: rank 1 vanishes
+// (exits without closing, as a crash would) while rank 0 waits in a
+// fence, which must fail with a peer error instead of hanging.
+func TestDeadPeerRank(t *testing.T) {
+	if os.Getenv("RMAGO_TEST_DEADPEER") == "" {
+		t.Skip("run by TestDeadPeer")
+	}
+	w, err := rma.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	win, err := rma.Allocate[int64](w, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Rank() == 1 {
+		os.Exit(0) // gone, sockets closed by the kernel, no goodbye
+	}
+	err = win.Fence(0)
+	if !errors.Is(err, transport.ErrPeer) {
+		t.Fatalf("fence with a dead peer: %v", err)
+	}
+	fmt.Println("DEADPEER-OK:", err)
+}
+
+func TestDeadPeer(t *testing.T) {
+	if testing.Short() || rmatest.InProcesses() {
+		t.Skip("in -short mode, or already a rank")
+	}
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"build", "-o", filepath.Join(dir, "rmarun"), "../cmd/rmarun"},
+		{"test", "-c", "-o", filepath.Join(dir, "rma.test"), "."},
+	} {
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			t.Fatalf("go %v: %v\n%s", args, err, out)
+		}
+	}
+	cmd := exec.Command(filepath.Join(dir, "rmarun"), "-n", "2", "-provider", "soft", "-timeout", "2m",
+		filepath.Join(dir, "rma.test"), "-test.run", "^TestDeadPeerRank$", "-test.v")
+	// A long wait timeout: the error must come from the dead connection, not the timer.
+	cmd.Env = append(os.Environ(), "RMAGO_TEST_DEADPEER=1", "RMAGO_TIMEOUT=10m")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "DEADPEER-OK") {
+		t.Fatalf("rmarun: %v\n%s", err, out)
 	}
 }
