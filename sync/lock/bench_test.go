@@ -10,7 +10,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 		n, tgt int
 	}{{"self", 1, 0}, {"peer", 2, 1}} {
 		b.Run(tc.name, func(b *testing.B) {
-			runJob(&testing.T{}, tc.n, jobOpts{}, func(r *rank) error {
+			runJob(b, tc.n, jobOpts{}, func(r *rank) error {
 				if r.me() != 0 {
 					return nil
 				}

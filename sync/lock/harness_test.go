@@ -82,7 +82,7 @@ type jobOpts struct {
 // loopback sockets, a window control region and a data region. Unless
 // opts.noBarrier, it ends with a barrier and checks that every lock word
 // is back to zero.
-func runJob(t *testing.T, n int, opts jobOpts, fn func(r *rank) error) {
+func runJob(t testing.TB, n int, opts jobOpts, fn func(r *rank) error) {
 	t.Helper()
 	if opts.timeout == 0 {
 		opts.timeout = 20 * time.Second

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -449,6 +450,87 @@ func TestNoAllocs(t *testing.T) {
 		t.Logf("%v allocations per cycle of 6 calls", allocs)
 		if allocs > 8 {
 			return fmt.Errorf("%v allocations per cycle of 6 calls (at most 8 fabric waits)", allocs)
+		}
+		return nil
+	})
+}
+
+// TestGoroutines: one Locks driven by several goroutines of each rank, each
+// incrementing the counter of a different target under exclusive locks,
+// while another goroutine takes shared locks everywhere. A lock belongs to
+// the rank, not the goroutine: a goroutine's lock of a target another
+// goroutine of the rank holds fails with ErrLocked.
+func TestGoroutines(t *testing.T) {
+	const n, k = 3, 15
+	runJob(t, n, jobOpts{}, func(r *rank) error {
+		l := New(r.c)
+		errs := make([]error, n+1)
+		var wg sync.WaitGroup
+		for g := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stage := stageOff + 64*g
+				for range k {
+					err := l.Lock(g, true)
+					for errors.Is(err, ErrLocked) {
+						// The shared-lock goroutine of this rank holds g.
+						runtime.Gosched()
+						err = l.Lock(g, true)
+					}
+					if err != nil {
+						errs[g] = err
+						return
+					}
+					if err := r.read(g, 0, stage, 8); err != nil {
+						errs[g] = err
+						return
+					}
+					if err := r.write(g, 0, stage+8, r.u64(stage)+1); err != nil {
+						errs[g] = err
+						return
+					}
+					if err := r.f.Flush(g); err != nil {
+						errs[g] = err
+						return
+					}
+					if err := l.Unlock(g, true); err != nil {
+						errs[g] = err
+						return
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The same rank cannot lock a target twice: shared locks of
+			// targets the other goroutines may hold fail with ErrLocked
+			// and leave their locks alone.
+			for i := range 4 * k {
+				tg := i % n
+				err := l.Lock(tg, false)
+				if errors.Is(err, ErrLocked) {
+					continue
+				}
+				if err == nil {
+					err = l.Unlock(tg, false)
+				}
+				if err != nil {
+					errs[n] = err
+					return
+				}
+			}
+		}()
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		if err := r.f.Barrier(); err != nil {
+			return err
+		}
+		if got := r.load(0); got != n*k {
+			return fmt.Errorf("counter = %d, want %d", got, n*k)
 		}
 		return nil
 	})

@@ -81,7 +81,7 @@ type jobOpts struct {
 // runJob runs fn on n ranks in this process, each with its own fabric over
 // loopback sockets, a window control region and a data region. Unless
 // opts.noBarrier, it ends with a barrier.
-func runJob(t *testing.T, n int, opts jobOpts, fn func(r *rank) error) {
+func runJob(t testing.TB, n int, opts jobOpts, fn func(r *rank) error) {
 	t.Helper()
 	if opts.timeout == 0 {
 		opts.timeout = 20 * time.Second

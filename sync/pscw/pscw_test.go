@@ -425,3 +425,49 @@ func TestNoAllocs(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSidesInGoroutines: the exposure side (Post, Wait) and the access side
+// (Start, put, Complete) of each rank run in two goroutines, on a ring.
+func TestSidesInGoroutines(t *testing.T) {
+	const n, iters = 4, 60
+	runJob(t, n, jobOpts{}, func(r *rank) error {
+		p := New(r.c)
+		defer p.Close()
+		me := r.me()
+		left, right := (me+n-1)%n, (me+1)%n
+		var expErr, accErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range iters {
+				if expErr = p.Post([]int{left}); expErr != nil {
+					return
+				}
+				if expErr = p.Wait(); expErr != nil {
+					return
+				}
+				if got, want := r.u64(8*left), val(i, left); got != want {
+					expErr = fmt.Errorf("iteration %d: %#x, want %#x", i, got, want)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range iters {
+				if accErr = p.Start([]int{right}); accErr != nil {
+					return
+				}
+				if accErr = r.write1([]int{right}, 8*me, stageOff, val(i, me)); accErr != nil {
+					return
+				}
+				if accErr = p.Complete(); accErr != nil {
+					return
+				}
+			}
+		}()
+		wg.Wait()
+		return errors.Join(expErr, accErr)
+	})
+}
