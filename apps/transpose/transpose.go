@@ -49,9 +49,9 @@ type transposer interface {
 // blocks: the all-to-all of a distributed FFT. Each rank packs, for every
 // destination r, the block A[lo:hi][lo_r:hi_r] transposed (so it is a
 // contiguous h_r × h piece of B's rows), into its send window at offset
-// h*lo_r; one fence; each rank gets its piece from every rank with one Get
-// (into registered memory: no copy); a second fence completes the gets;
-// each rank unpacks the pieces into B's rows.
+// h*lo_r; one fence; each rank gets its piece from every other rank with
+// one Get (into registered memory: no copy) and copies its own; a second
+// fence completes the gets; each rank unpacks the pieces into B's rows.
 type blocks struct {
 	p          *part
 	send, recv *rma.Window[float64]
@@ -76,13 +76,8 @@ func (t *blocks) run() error {
 	buf := t.send.Local()
 	for r := range p.size {
 		lo, hi := p.block(r)
-		piece := buf[h*lo : h*hi] // (hi-lo) rows of h
-		for i := lo; i < hi; i++ {
-			out := piece[(i-lo)*h : (i-lo+1)*h]
-			for j := range out {
-				out[j] = p.a[j*n+i]
-			}
-		}
+		// piece = A[:, lo:hi]ᵀ: (hi-lo) rows of h
+		transposeTiles(buf[h*lo:h*hi], h, p.a[lo:], n, h, hi-lo)
 	}
 	// The packing (local stores) precedes every rank's gets.
 	if err := t.send.Fence(rma.NoPrecede); err != nil {
@@ -91,6 +86,12 @@ func (t *blocks) run() error {
 	in := t.recv.Local()
 	for s := range p.size {
 		lo, hi := p.block(s)
+		if s == p.me {
+			// My own piece needs no fabric (a get from oneself would go
+			// through the provider's loopback connection).
+			copy(in[h*lo:h*hi], buf[h*p.lo:h*p.hi])
+			continue
+		}
 		if err := t.send.Get(in[h*lo:h*hi], s, (hi-lo)*p.lo); err != nil {
 			return err
 		}
@@ -152,12 +153,7 @@ func (t *rows) run() error {
 	if err := t.a.Fence(rma.NoSucceed); err != nil {
 		return err
 	}
-	for i := range h {
-		out := p.b[i*n : (i+1)*n]
-		for j := range out {
-			out[j] = in[j*h+i]
-		}
-	}
+	transposeTiles(p.b, n, in, h, n, h)
 	return nil
 }
 
@@ -199,7 +195,6 @@ func run(w *rma.World, cfg config) (outcome, error) {
 	}
 	start := time.Now()
 	for range cfg.reps {
-		clear(p.b)
 		if err := t.run(); err != nil {
 			return out, err
 		}
@@ -262,14 +257,20 @@ func sequential(cfg config) time.Duration {
 	return d
 }
 
-// transposeSeq sets b = aᵀ (n×n), in 32×32 tiles for the caches.
-func transposeSeq(b, a []float64, n int) {
+// transposeSeq sets b = aᵀ (n×n).
+func transposeSeq(b, a []float64, n int) { transposeTiles(b, n, a, n, n, n) }
+
+// transposeTiles sets dst[i][j] = src[j][i] for i < rows, j < cols, where
+// dst's rows are dstStride apart and src's srcStride apart. It goes in
+// 32×32 tiles, so that both matrices are walked in cache-sized pieces.
+func transposeTiles(dst []float64, dstStride int, src []float64, srcStride, cols, rows int) {
 	const tile = 32
-	for ii := 0; ii < n; ii += tile {
-		for jj := 0; jj < n; jj += tile {
-			for i := ii; i < min(ii+tile, n); i++ {
-				for j := jj; j < min(jj+tile, n); j++ {
-					b[j*n+i] = a[i*n+j]
+	for ii := 0; ii < rows; ii += tile {
+		for jj := 0; jj < cols; jj += tile {
+			for i := ii; i < min(ii+tile, rows); i++ {
+				out := dst[i*dstStride:]
+				for j := jj; j < min(jj+tile, cols); j++ {
+					out[j] = src[j*srcStride+i]
 				}
 			}
 		}
