@@ -2,6 +2,8 @@
 #   make run        build, then a 2-rank ping-pong on the embedded soft provider
 #   make test       gofmt, go vet, the race-enabled test suite, a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
+#   make compare    rmago beside Open MPI and MPICH (TCP and shared memory), writes docs/benchmarks.md
+#   make plot       PLOTJSON='a.json b.json' [PLOTOUT=out.svg] [PLOTFLAGS=...]: latency/bandwidth plots
 GO       ?= go
 BIN      ?= bin
 FUZZTIME ?= 10s
@@ -38,3 +40,14 @@ test-rdma:
 
 clean:
 	rm -rf $(BIN)
+
+.PHONY: compare plot
+PLOTOUT  ?= pingpong.svg
+PLOTJSON ?=
+PLOTFLAGS ?=
+
+compare: build
+	ci/compare/compare.sh
+
+plot: build
+	$(BIN)/pingpong plot -o $(PLOTOUT) $(PLOTFLAGS) $(PLOTJSON)

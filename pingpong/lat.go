@@ -39,24 +39,26 @@ func runLat(args []string) error {
 // flush, get of n bytes then flush (n = 8, 1 KiB, 4 KiB), and an 8-byte
 // fetch-and-add. Each figure is per operation, over reps repetitions of n
 // operations.
-func latencies(j *job, reps, warmup, n int) error {
+func latencies(j *job, reps, warmup, n int) (err error) {
+	var ws windows
+	defer func() { ws.free(&err) }()
 	w := j.w
 	const maxBytes = 4096
 	win, err := newWindow[byte](w, maxBytes, j.opt.window)
 	if err != nil {
 		return err
 	}
-	defer win.Free()
+	ws = append(ws, win)
 	src, err := rma.Allocate[byte](w, maxBytes)
 	if err != nil {
 		return err
 	}
-	defer src.Free()
+	ws = append(ws, src)
 	ctr, err := rma.Allocate[int64](w, 1)
 	if err != nil {
 		return err
 	}
-	defer ctr.Free()
+	ws = append(ws, ctr)
 	if w.Rank() == 1 {
 		for i := range win.Local() {
 			win.Local()[i] = byte(i * 7)

@@ -36,7 +36,9 @@ type star struct {
 	round    int
 }
 
-func oneMany(j *job, s *sweep, modes []string) error {
+func oneMany(j *job, s *sweep, modes []string) (err error) {
+	var ws windows
+	defer func() { ws.free(&err) }()
 	maxN := 1 << s.maxExp
 	st := &star{me: j.w.Rank(), size: j.w.Size()}
 	n := maxN
@@ -48,11 +50,10 @@ func oneMany(j *job, s *sweep, modes []string) error {
 	} else {
 		st.peers = []int{0}
 	}
-	var err error
 	if st.win, err = newWindow[float64](j.w, n, s.window); err != nil {
 		return err
 	}
-	defer st.win.Free()
+	ws = append(ws, st.win)
 	srcN := 0
 	if st.me == 0 {
 		srcN = maxN
@@ -60,7 +61,7 @@ func oneMany(j *job, s *sweep, modes []string) error {
 	if st.src, err = rma.Allocate[float64](j.w, srcN); err != nil {
 		return err
 	}
-	defer st.src.Free()
+	ws = append(ws, st.src)
 	steps := len(modes) * (s.maxExp - s.minExp + 1)
 	step := 0
 	for _, mode := range modes {

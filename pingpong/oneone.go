@@ -2,9 +2,15 @@ package main
 
 import (
 	"errors"
+	"os"
 
 	"github.com/rmago/rmago/rma"
 )
+
+// corrupt (set by the tests through the environment) makes rank 1 change
+// an element before it puts the data back, to show that a run that moves
+// wrong data fails.
+var corrupt = os.Getenv("PINGPONG_TEST_CORRUPT") != ""
 
 var oneOneModes = []string{"fence3", "fence2", "pscw", "lock", "lockall", "get"}
 
@@ -35,18 +41,19 @@ type pair struct {
 	round    int                  // round trips so far: the stamp
 }
 
-func oneOne(j *job, s *sweep, modes []string) error {
+func oneOne(j *job, s *sweep, modes []string) (err error) {
+	var ws windows
+	defer func() { ws.free(&err) }()
 	maxN := 1 << s.maxExp
 	p := &pair{me: j.w.Rank(), peer: 1 - j.w.Rank(), flag: maxN}
-	var err error
 	if p.win, err = newWindow[float64](j.w, maxN+1, s.window); err != nil {
 		return err
 	}
-	defer p.win.Free()
+	ws = append(ws, p.win)
 	if p.src, err = rma.Allocate[float64](j.w, maxN); err != nil {
 		return err
 	}
-	defer p.src.Free()
+	ws = append(ws, p.src)
 	steps := len(modes) * (s.maxExp - s.minExp + 1)
 	step := 0
 	for _, mode := range modes {
@@ -116,6 +123,9 @@ func (p *pair) fence2(n int, full bool) error {
 	if p.me == 1 {
 		if err := verify(data, p.round, full, "rank 1 after the put"); err != nil {
 			return err
+		}
+		if corrupt {
+			data[0]++
 		}
 		if err := win.Put(data, 0, 0); err != nil {
 			return err

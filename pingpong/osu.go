@@ -205,7 +205,9 @@ type osuCase[T rma.Number] struct {
 	checkValue error
 }
 
-func osuOne[T rma.Number](j *job, o *osuOpts, bench, sync string, size int) error {
+func osuOne[T rma.Number](j *job, o *osuOpts, bench, sync string, size int) (err error) {
+	var ws windows
+	defer func() { ws.free(&err) }()
 	var zero T
 	esize := int(unsafe.Sizeof(zero))
 	c := &osuCase[T]{j: j, bench: bench, sync: sync, size: size, count: max(1, size/esize), puts: 1,
@@ -214,18 +216,17 @@ func osuOne[T rma.Number](j *job, o *osuOpts, bench, sync string, size int) erro
 		c.puts = o.window
 	}
 	total := c.count * c.puts
-	var err error
 	if c.win, err = newWindow[T](j.w, total, o.window2()); err != nil {
 		return err
 	}
-	defer c.win.Free()
+	ws = append(ws, c.win)
 	if o.heap {
 		c.origin = make([]T, total)
 	} else {
 		if c.originWin, err = rma.Allocate[T](j.w, total); err != nil {
 			return err
 		}
-		defer c.originWin.Free()
+		ws = append(ws, c.originWin)
 		c.origin = c.originWin.Local()
 	}
 	c.prepare()

@@ -108,3 +108,15 @@ func pollFlag(win *rma.Window[float64], i int, want float64) error {
 	}
 	return win.Sync()
 }
+
+// windows frees a benchmark's windows when it ends: Free is collective, so
+// after an error it is skipped (the peers may never reach it; the process
+// exits and rmarun ends the job).
+type windows []interface{ Free() error }
+
+// free frees the windows in reverse order if *err is nil.
+func (ws windows) free(err *error) {
+	for i := len(ws) - 1; i >= 0 && *err == nil; i-- {
+		*err = ws[i].Free()
+	}
+}

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# ci/compare/compare.sh (make compare): rmago's ping-pongs beside Open MPI's
+# and MPICH's, same protocols (ci/compare/pp.c), same machine, one run.
+#
+# Systems: rmago on the soft provider (separate processes under rmarun, TCP
+# loopback), Open MPI and MPICH forced onto TCP, and both MPIs on their
+# default shared memory. Repetitions are interleaved: ROUNDS rounds, each
+# running every mode on every system with REPS repetitions per size (the
+# order of the systems rotates every round), so machine drift hits all
+# alike; the rounds are then pooled (ROUNDS*REPS repetitions per size, the
+# fastest and slowest dropped for the mean).
+#
+# Writes raw results to $OUT (default /tmp/rmago-compare), plots to
+# docs/compare-*.svg/png, and the generated part of docs/benchmarks.md
+# (between the compare:begin and compare:end markers). Exits non-zero if
+# any run moved wrong data. Every MPI run is guarded by timeout (both MPIs
+# hang at exit now and then here); a run that timed out keeps the sizes it
+# finished and is listed in the report.
+#
+# Knobs (environment): ROUNDS=3 REPS=4 MINEXP=0 MAXEXP=20
+# MODES="fence3 fence2 pscw lock lockall get" MANY_NS="2 3 4" MANY_MAXEXP=16
+# SYSTEMS="rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=300
+# COMPARE_NO_INSTALL=1 (skip apt-get) COMPARE_NO_DOCS=1 (do not touch docs/)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-/tmp/rmago-compare}
+ROUNDS=${ROUNDS:-3}
+REPS=${REPS:-4}
+MINEXP=${MINEXP:-0}
+MAXEXP=${MAXEXP:-20}
+MODES=${MODES:-"fence3 fence2 pscw lock lockall get"}
+MANY_NS=${MANY_NS:-"2 3 4"}
+MANY_MAXEXP=${MANY_MAXEXP:-16}
+MANY_ITERS=${MANY_ITERS:-20}
+SYSTEMS=${SYSTEMS:-"rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm"}
+TMO=${TMO:-300}
+RAW=$OUT/raw
+START=$(date +%s)
+rm -rf "$RAW"
+mkdir -p "$RAW"
+LOG=$OUT/commands.log
+: >"$LOG"
+: >"$OUT/problems.txt"
+
+say() { printf '[compare %4ds] %s\n' $(($(date +%s) - START)) "$*" >&2; }
+
+if [ -z "${COMPARE_NO_INSTALL:-}" ]; then
+	say "installing Open MPI and MPICH (apt-get)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq openmpi-bin libopenmpi-dev mpich >/dev/null
+fi
+
+say "building"
+make -s build
+mpicc.openmpi -O2 -Wall -o "$OUT/pp_ompi" ci/compare/pp.c
+mpicc.mpich -O2 -Wall -o "$OUT/pp_mpich" ci/compare/pp.c
+
+label() {
+	case $1 in
+	rmago-soft) echo "rmago soft (TCP)" ;;
+	ompi-tcp) echo "Open MPI TCP" ;;
+	mpich-tcp) echo "MPICH TCP" ;;
+	ompi-shm) echo "Open MPI shm" ;;
+	mpich-shm) echo "MPICH shm" ;;
+	esac
+}
+
+# cmdline SYSTEM N BENCH MODE MIN MAX ITERS JSON: the command line for one run.
+cmdline() {
+	local sys=$1 n=$2 bench=$3 mode=$4 lo=$5 hi=$6 iters=$7 json=$8
+	local ompi="mpirun.openmpi --allow-run-as-root -np $n --bind-to core"
+	[ "$n" -gt 2 ] && ompi="mpirun.openmpi --allow-run-as-root -np $n --oversubscribe --bind-to none"
+	local args="$bench $mode $lo $hi $REPS 1 $iters"
+	case $sys in
+	rmago-soft) echo "bin/rmarun -n $n -provider soft -quiet-prefix bin/pingpong $bench -mode $mode -min $lo -max $hi -reps $REPS -warmup 1 -iters $iters -no-progress -label '$(label "$sys")' -json $json" ;;
+	ompi-tcp) echo "$ompi --mca pml ob1 --mca btl tcp,self --mca osc pt2pt $OUT/pp_ompi $args" ;;
+	mpich-tcp) echo "env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self mpirun.mpich -np $n $OUT/pp_mpich $args" ;;
+	ompi-shm) echo "$ompi $OUT/pp_ompi $args" ;;
+	mpich-shm) echo "mpirun.mpich -np $n $OUT/pp_mpich $args" ;;
+	esac
+}
+
+# run SYSTEM N BENCH MODE MIN MAX ITERS ROUND
+run() {
+	local sys=$1 n=$2 bench=$3 mode=$4 round=$8
+	local tag=$sys.$bench.$mode.n$n.r$round
+	local cmd rc=0
+	cmd=$(cmdline "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$RAW/$tag.json")
+	echo "$cmd" >>"$LOG"
+	if [ "$sys" = rmago-soft ]; then
+		eval "timeout $TMO $cmd" >"$RAW/$tag.txt" 2>&1 || rc=$?
+	else
+		eval "timeout $TMO $cmd" >"$RAW/$tag.csv" 2>"$RAW/$tag.err" || rc=$?
+	fi
+	if grep -qs "DATA VERIFICATION FAILED\|,BAD," "$RAW/$tag".*; then
+		say "FAIL: $tag moved wrong data"
+		cat "$RAW/$tag".* >&2
+		exit 1
+	fi
+	if [ $rc -ne 0 ]; then
+		echo "$(label "$sys") $bench $mode, $n ranks, round $round: exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')" >>"$OUT/problems.txt"
+		say "warning: $tag exited $rc"
+	fi
+}
+
+# rotate K WORDS...: the words rotated left by K.
+rotate() {
+	local k=$1
+	shift
+	local a=("$@")
+	local n=${#a[@]}
+	for ((i = 0; i < n; i++)); do printf '%s ' "${a[$(((i + k) % n))]}"; done
+}
+
+say "one-to-one: $ROUNDS rounds x {$MODES} x {$SYSTEMS}, 2^$MINEXP..2^$MAXEXP doubles, $REPS reps per round"
+for ((r = 1; r <= ROUNDS; r++)); do
+	for mode in $MODES; do
+		for sys in $(rotate $((r - 1)) $SYSTEMS); do
+			run "$sys" 2 oneone "$mode" "$MINEXP" "$MAXEXP" 0 "$r"
+		done
+	done
+	say "one-to-one round $r done"
+done
+
+say "one-to-many: N in {$MANY_NS}, fence3, 2^0..2^$MANY_MAXEXP doubles"
+for ((r = 1; r <= ROUNDS; r++)); do
+	for n in $MANY_NS; do
+		for sys in $(rotate $((r - 1)) $SYSTEMS); do
+			# MPICH with more ranks than cores: its busy polling makes one
+			# round trip take 10-70 ms (a sweep would run for hours).
+			if [ "$n" -gt "$(nproc)" ] || { [ "$n" -gt 2 ] && [ "$(nproc)" -le 2 ]; }; then
+				case $sys in mpich-*) continue ;; esac
+			fi
+			run "$sys" "$n" onemany fence3 0 "$MANY_MAXEXP" "$MANY_ITERS" "$r"
+		done
+	done
+	say "one-to-many round $r done"
+done
+
+say "OSU-style suite, rmago only (MPI's OSU figures: shared/baselines.md)"
+OSU="bin/rmarun -n 2 -provider soft -quiet-prefix bin/pingpong osu -no-progress -label 'rmago soft (TCP)'"
+for spec in "put_latency fence,lock,flush,lock_all,pscw" "get_latency fence,lock,flush" "put_bw flush" "acc_latency flush" "fop_latency flush" "cas_latency flush"; do
+	set -- $spec
+	cmd="$OSU -b $1 -s $2 -m 8:1048576 -i 500 -x 50 -json $RAW/osu.$1.json"
+	[ "$1" = put_bw ] && cmd="$OSU -b $1 -s $2 -m 8:1048576 -json $RAW/osu.$1.json"
+	[ "$1" = acc_latency ] && cmd="$OSU -b $1 -s $2 -m 8:4096 -i 200 -x 20 -json $RAW/osu.$1.json"
+	echo "$cmd" >>"$LOG"
+	rc=0
+	eval "timeout $TMO $cmd" >"$RAW/osu.$1.txt" 2>&1 || rc=$?
+	if grep -q "DATA VERIFICATION FAILED" "$RAW/osu.$1.txt"; then
+		cat "$RAW/osu.$1.txt" >&2
+		exit 1
+	fi
+	[ $rc -eq 0 ] || echo "rmago osu $1 -s $2: exit $rc" >>"$OUT/problems.txt"
+done
+
+say "merging, tables, plots"
+PP=bin/pingpong
+JSONS=()
+for sys in $SYSTEMS; do
+	files=$(ls "$RAW/$sys".*.json "$RAW/$sys".*.csv 2>/dev/null | xargs -r grep -l . || true)
+	[ -z "$files" ] && continue
+	prov=tcp
+	case $sys in *-shm) prov=shm ;; esac
+	# shellcheck disable=SC2086
+	$PP import -o "$OUT/$sys.json" -system "$(label "$sys")" -provider $prov $files
+	JSONS+=("$OUT/$sys.json")
+done
+$PP import -o "$OUT/rmago-osu.json" -system "rmago soft (TCP)" "$RAW"/osu.*.json
+
+[ -n "${COMPARE_NO_DOCS:-}" ] && { say "done (COMPARE_NO_DOCS: docs untouched), results in $OUT"; exit 0; }
+
+$PP plot -o docs/compare-oneone.svg -bench oneone -cols 2 "${JSONS[@]}" >/dev/null
+$PP plot -o docs/compare-onemany.svg -bench onemany -cols 3 "${JSONS[@]}" >/dev/null
+$PP plot -o docs/compare-onemany-by-n.svg -bench onemany -x ranks -size 8 -cols 1 "${JSONS[@]}" >/dev/null
+$PP plot -o docs/compare-osu.svg -cols 3 "$OUT/rmago-osu.json" >/dev/null
+
+GEN=$OUT/generated.md
+{
+	echo "<!-- compare:begin (generated by make compare on $(date -u +%Y-%m-%d); edit outside the markers) -->"
+	echo
+	echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'), $(($(date +%s) - START)) s."
+	echo "Machine: $(nproc) vCPU ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/Mem:/{print $2}') GiB,"
+	echo "$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r), $(go version | cut -d' ' -f3),"
+	echo "$(mpirun.openmpi --version 2>/dev/null | head -1), $(mpirun.mpich --version 2>/dev/null | sed -n 's/^ *Version: *//p' | head -1 | sed 's/^/MPICH /'), gcc $(gcc -dumpfullversion)."
+	echo "Rounds: $ROUNDS interleaved rounds x $REPS repetitions per size = $((ROUNDS * REPS)) repetitions; the mean drops the fastest and slowest."
+	echo
+	echo "### One-to-one, every mode"
+	echo
+	echo "![one-to-one](compare-oneone.png)"
+	$PP table -base "rmago soft (TCP)" -bench oneone "${JSONS[@]}"
+	echo
+	echo "### One-to-many (fence3), by size and by N"
+	echo
+	echo "![one-to-many by size](compare-onemany.png)"
+	echo
+	echo "![one-to-many by N, 8 bytes](compare-onemany-by-n.png)"
+	$PP table -base "rmago soft (TCP)" -bench onemany -bytes 8,1024,65536,524288 "${JSONS[@]}"
+	echo
+	echo "### OSU-style suite, rmago soft only"
+	echo
+	echo "![OSU-style](compare-osu.png)"
+	$PP table -bytes 8,1024,65536,1048576 "$OUT/rmago-osu.json"
+	echo
+	echo "### Problems during the run"
+	echo
+	if [ -s "$OUT/problems.txt" ]; then sed 's/^/- /' "$OUT/problems.txt"; else echo "None."; fi
+	echo
+	echo "### Exact commands (in the order run; OUT=$OUT)"
+	echo
+	echo '```sh'
+	awk '!seen[$0]++' "$LOG" | sed -E 's/\.r[0-9]+\.json/.rN.json/' | awk '!seen[$0]++'
+	echo '```'
+	echo
+	echo "<!-- compare:end -->"
+} >"$GEN"
+
+DOC=docs/benchmarks.md
+if grep -q '<!-- compare:begin' "$DOC"; then
+	awk -v gen="$GEN" '
+		/<!-- compare:begin/ { while ((getline line < gen) > 0) print line; skip = 1; next }
+		/<!-- compare:end -->/ { skip = 0; next }
+		!skip { print }' "$DOC" >"$DOC.new"
+	mv "$DOC.new" "$DOC"
+else
+	{ echo; echo "## Comparison with MPI (make compare)"; echo; cat "$GEN"; } >>"$DOC"
+fi
+say "done: docs/benchmarks.md, docs/compare-*.svg/png; raw results in $OUT"
