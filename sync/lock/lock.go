@@ -63,8 +63,10 @@
 //
 // The lock is not fair and not FIFO: there is no queue, only retries.
 //   - A steady stream of shared lockers of T can starve an exclusive locker
-//     of T: the swap needs T.Lock to be exactly zero, which a rank reading in
-//     a tight loop may never leave it.
+//     of T: the swap needs T.Lock to be exactly zero, which ranks reading in
+//     a tight loop may never leave it (seen in tests: seven readers
+//     re-locking within 0.2 ms of each unlock kept a writer out for ~15 s
+//     on one CPU).
 //   - Likewise a steady stream of lock_all holders starves exclusive
 //     lockers everywhere, and a steady stream of exclusive lockers (on any
 //     ranks) starves lock_all.
