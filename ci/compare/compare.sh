@@ -21,6 +21,10 @@
 # MODES="fence3 fence2 pscw lock lockall get" MANY_NS="2 3 4" MANY_MAXEXP=16
 # SYSTEMS="rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=300
 # COMPARE_NO_INSTALL=1 (skip apt-get) COMPARE_NO_DOCS=1 (do not touch docs/)
+# LOADMAX=1.0 LOADWAIT=600: before each round, wait up to LOADWAIT seconds
+# for the 1-minute load average to drop to LOADMAX (other jobs on a 2-core
+# machine wreck busy-polling MPIs far more than rmago); the load seen is
+# reported.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
@@ -42,6 +46,26 @@ mkdir -p "$RAW"
 LOG=$OUT/commands.log
 : >"$LOG"
 : >"$OUT/problems.txt"
+
+LOADMAX=${LOADMAX:-1.0}
+LOADWAIT=${LOADWAIT:-600}
+LOADS=""
+
+# quiet NAME: wait for the machine to be quiet enough, note the load.
+quiet() {
+	local waited=0 load
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	while awk -v l="$load" -v m="$LOADMAX" 'BEGIN{exit !(l > m)}' && [ $waited -lt "$LOADWAIT" ]; do
+		[ $((waited % 60)) -eq 0 ] && say "load $load > $LOADMAX: waiting for other jobs (up to ${LOADWAIT}s)"
+		sleep 10
+		waited=$((waited + 10))
+		load=$(cut -d' ' -f1 /proc/loadavg)
+	done
+	if awk -v l="$load" -v m="$LOADMAX" 'BEGIN{exit !(l > m)}'; then
+		echo "$1 started with load average $load (above $LOADMAX after waiting ${LOADWAIT}s): other jobs shared the 2 cores" >>"$OUT/problems.txt"
+	fi
+	LOADS="$LOADS $1: $load;"
+}
 
 say() { printf '[compare %4ds] %s\n' $(($(date +%s) - START)) "$*" >&2; }
 
@@ -116,6 +140,7 @@ rotate() {
 
 say "one-to-one: $ROUNDS rounds x {$MODES} x {$SYSTEMS}, 2^$MINEXP..2^$MAXEXP doubles, $REPS reps per round"
 for ((r = 1; r <= ROUNDS; r++)); do
+	quiet "one-to-one round $r"
 	for mode in $MODES; do
 		for sys in $(rotate $((r - 1)) $SYSTEMS); do
 			run "$sys" 2 oneone "$mode" "$MINEXP" "$MAXEXP" 0 "$r"
@@ -126,6 +151,7 @@ done
 
 say "one-to-many: N in {$MANY_NS}, fence3, 2^0..2^$MANY_MAXEXP doubles"
 for ((r = 1; r <= ROUNDS; r++)); do
+	quiet "one-to-many round $r"
 	for n in $MANY_NS; do
 		for sys in $(rotate $((r - 1)) $SYSTEMS); do
 			# MPICH with more ranks than cores: its busy polling makes one
@@ -140,6 +166,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 say "OSU-style suite, rmago only (MPI's OSU figures: shared/baselines.md)"
+quiet "OSU-style suite"
 OSU="bin/rmarun -n 2 -provider soft -quiet-prefix bin/pingpong osu -no-progress -label 'rmago soft (TCP)'"
 for spec in "put_latency fence,lock,flush,lock_all,pscw" "get_latency fence,lock,flush" "put_bw flush" "acc_latency flush" "fop_latency flush" "cas_latency flush"; do
 	set -- $spec
@@ -185,6 +212,7 @@ GEN=$OUT/generated.md
 	echo "Machine: $(nproc) vCPU ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)), $(free -g | awk '/Mem:/{print $2}') GiB,"
 	echo "$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r), $(go version | cut -d' ' -f3),"
 	echo "$(mpirun.openmpi --version 2>/dev/null | head -1), $(mpirun.mpich --version 2>/dev/null | sed -n 's/^ *Version: *//p' | head -1 | sed 's/^/MPICH /'), gcc $(gcc -dumpfullversion)."
+	echo "Load average (1 min) at the start of each part:$LOADS"
 	echo "Rounds: $ROUNDS interleaved rounds x $REPS repetitions per size = $((ROUNDS * REPS)) repetitions; the mean drops the fastest and slowest."
 	echo
 	echo "### One-to-one, every mode"
