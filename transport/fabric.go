@@ -108,6 +108,7 @@ type Fabric struct {
 	gatherSeq int
 	barSeq    uint32
 	closed    atomic.Bool
+	othersFn  func(yield func(int) bool) // f.others, bound once
 }
 
 // RemoteRegion is a peer's registered memory as seen by this rank.
@@ -132,6 +133,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	defer b.Close()
 	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]int{}, byQPN: map[uint32]*peer{}}
 	f.cond.L = &f.mu
+	f.othersFn = f.others
 	if err := f.setTimeout(opt.Timeout); err != nil {
 		return nil, err
 	}
@@ -372,11 +374,13 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 	wr.ID = seq<<16 | uint64(p.rank)
 	if _, err := p.qp.PostSend(wr); err != nil {
 		if errors.Is(err, verbs.ErrQPState) {
-			// The queue pair failed under us; its error completions say
-			// why, and they are on their way: report that cause.
-			if werr := f.waitFor(func() bool { return p.err.Load() != nil }, p.rank); werr != nil {
+			// The queue pair failed under us; if its error completions are
+			// on their way they say why: report that cause. A peer that
+			// closed in order sends none, so wait only briefly.
+			if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, p.rank, time.Now().Add(time.Second)); werr != nil && !errors.Is(werr, ErrTimeout) {
 				return 0, werr
 			}
+			return 0, fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, err)
 		}
 		return 0, fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
 	}
@@ -496,7 +500,7 @@ func (f *Fabric) WaitNotify(tag uint32, count int, from func(yield func(int) boo
 // arrived in all, consumes them, and reports how many carried b. Every
 // other rank is expected to send one.
 func (f *Fabric) WaitNotifyEither(a, b uint32, count int) (int, error) {
-	err := f.waitFor(func() bool { return f.notes[a]+f.notes[b] >= count }, -1, f.others)
+	err := f.waitFor(func() bool { return f.notes[a]+f.notes[b] >= count }, -1, f.othersFn)
 	if err != nil {
 		return 0, err
 	}
@@ -535,6 +539,11 @@ func (f *Fabric) waitFor(cond func() bool, r int, from ...func(yield func(int) b
 	if f.timeout > 0 {
 		deadline = time.Now().Add(f.timeout)
 	}
+	return f.waitUntil(cond, r, deadline, from...)
+}
+
+// waitUntil is waitFor with an explicit deadline (zero: none).
+func (f *Fabric) waitUntil(cond func() bool, r int, deadline time.Time, from ...func(yield func(int) bool)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for {
@@ -569,7 +578,7 @@ func (f *Fabric) waitFor(cond func() bool, r int, from ...func(yield func(int) b
 		f.cond.Broadcast()
 		if errors.Is(err, verbs.ErrTimeout) {
 			if !cond() {
-				return fmt.Errorf("%w after %v", ErrTimeout, f.timeout)
+				return fmt.Errorf("%w (deadline %s passed; RMAGO_TIMEOUT is %v)", ErrTimeout, deadline.Format("15:04:05.000"), f.timeout)
 			}
 		} else if err != nil {
 			f.failed = fmt.Errorf("transport: completion queue: %w", err)
@@ -651,7 +660,7 @@ func (f *Fabric) TagBarrier(tag uint32) error {
 			return err
 		}
 	}
-	return f.WaitNotify(tag, f.size-1, f.others)
+	return f.WaitNotify(tag, f.size-1, f.othersFn)
 }
 
 func (f *Fabric) others(yield func(int) bool) {
