@@ -13,12 +13,12 @@
 # seconds_per_iteration, seq_seconds, speedup, verified, ...
 # Plot seconds or speedup against n (size) or ranks (ranks), one line per
 # system. Environment overrides: SIZES, RANKS, RANKS_FIXED, N_FIXED,
-# VARIANTS, ITERS, REPS, CHECK, PROVIDER.
+# VARIANTS, ITERS, REPS, CHECK, PROVIDER; SIZES="" or RANKS="" skips a sweep.
 set -eu
 cd "$(dirname "$0")/../.."
 out=${1:-sor-sweep.json}
-SIZES=${SIZES:-"128 256 512 1024 2048"}
-RANKS=${RANKS:-"1 2 3 4"}
+SIZES=${SIZES-"128 256 512 1024 2048"}
+RANKS=${RANKS-"1 2 3 4"}
 RANKS_FIXED=${RANKS_FIXED:-2}
 N_FIXED=${N_FIXED:-1024}
 VARIANTS=${VARIANTS:-"big split lock pscw get"}
