@@ -13,6 +13,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
+	"os"
+	"runtime"
 	"strconv"
 )
 
@@ -61,6 +63,18 @@ func Env(rank, size int, rendezvous, secretHex, addr string) []string {
 		EnvSecret + "=" + secretHex,
 		EnvAddr + "=" + addr,
 	}
+}
+
+// CoreShare gives each of n local ranks its share of the machine's cores,
+// as MPI launchers bind one core per rank: GOMAXPROCS=max(1, NumCPU/n),
+// unless the caller set GOMAXPROCS (then nothing is returned). Ranks that
+// each run as many Go threads as there are cores fight over them: the
+// scheduler's spinning threads steal the time a peer needs to answer.
+func CoreShare(n int) []string {
+	if _, set := os.LookupEnv("GOMAXPROCS"); set || n <= 0 {
+		return nil
+	}
+	return []string{"GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/n))}
 }
 
 // NewSecret returns a fresh per-job key: SecretBytes bytes from crypto/rand,

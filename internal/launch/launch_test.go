@@ -3,6 +3,8 @@ package launch
 import (
 	"encoding/hex"
 	"net"
+	"os"
+	"runtime"
 	"strconv"
 	"testing"
 )
@@ -70,5 +72,21 @@ func TestEnv(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("Env[%d] = %q, want %q", i, got[i], want[i])
 		}
+	}
+}
+
+func TestCoreShare(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	os.Unsetenv("GOMAXPROCS")
+	want := "GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/2))
+	if got := CoreShare(2); len(got) != 1 || got[0] != want {
+		t.Fatalf("CoreShare(2) = %q, want %q", got, want)
+	}
+	if got := CoreShare(1000); len(got) != 1 || got[0] != "GOMAXPROCS=1" {
+		t.Fatalf("CoreShare(1000) = %q", got)
+	}
+	t.Setenv("GOMAXPROCS", "7")
+	if got := CoreShare(2); got != nil {
+		t.Fatalf("with GOMAXPROCS set by the user: %q", got)
 	}
 }
