@@ -196,6 +196,8 @@ func (o *plotOpts) chart(p *panel) (*plot.Plot, error) {
 		pl.X.Tick.Marker = byteTicks{}
 	} else {
 		pl.X.Label.Text = "ranks"
+		pl.X.Tick.Marker = intTicks{}
+		pl.X.Padding = vg.Millimeter * 4
 	}
 	pl.Add(plotter.NewGrid())
 	for i, s := range p.lines {
@@ -314,4 +316,19 @@ func sizeLabel(b int64) string {
 		return strconv.FormatInt(b>>10, 10) + "K"
 	}
 	return strconv.FormatInt(b, 10)
+}
+
+// intTicks marks every whole number of a short linear axis (ranks).
+type intTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (intTicks) Ticks(lo, hi float64) []plot.Tick {
+	if hi-lo > 32 {
+		return plot.DefaultTicks{}.Ticks(lo, hi)
+	}
+	var ts []plot.Tick
+	for v := math.Ceil(lo); v <= hi; v++ {
+		ts = append(ts, plot.Tick{Value: v, Label: strconv.Itoa(int(v))})
+	}
+	return ts
 }
