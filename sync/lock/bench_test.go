@@ -11,10 +11,10 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}{{"self", 1, 0}, {"peer", 2, 1}} {
 		b.Run(tc.name, func(b *testing.B) {
 			runJob(b, tc.n, jobOpts{}, func(r *rank) error {
-				if r.me() != 0 {
+				if r.Me() != 0 {
 					return nil
 				}
-				l := New(r.c)
+				l := New(r.C)
 				b.ReportAllocs()
 				b.ResetTimer()
 				for range b.N {

@@ -26,29 +26,29 @@ func TestExclusiveCounter(t *testing.T) {
 		for _, target := range targets {
 			t.Run(fmt.Sprintf("ranks=%d/target=%d", n, target), func(t *testing.T) {
 				runJob(t, n, jobOpts{}, func(r *rank) error {
-					l := New(r.c)
+					l := New(r.C)
 					for range k {
 						if err := l.Lock(target, true); err != nil {
 							return err
 						}
-						if err := r.read(target, 0, stageOff, 8); err != nil {
+						if err := r.Read(target, 0, stageOff, 8); err != nil {
 							return err
 						}
-						if err := r.write(target, 0, stageOff+8, r.u64(stageOff)+1); err != nil {
+						if err := r.Write(target, 0, stageOff+8, r.U64(stageOff)+1); err != nil {
 							return err
 						}
-						if err := r.f.Flush(target); err != nil {
+						if err := r.F.Flush(target); err != nil {
 							return err
 						}
 						if err := l.Unlock(target, true); err != nil {
 							return err
 						}
 					}
-					if err := r.f.Barrier(); err != nil {
+					if err := r.F.Barrier(); err != nil {
 						return err
 					}
-					if r.me() == target {
-						if got, want := r.load(0), uint64(n*k); got != want {
+					if r.Me() == target {
+						if got, want := r.Load(0), uint64(n*k); got != want {
 							return fmt.Errorf("counter = %d, want %d", got, want)
 						}
 					}
@@ -70,17 +70,17 @@ func TestSharedReadersOneWriter(t *testing.T) {
 			const target = 0
 			writer := n - 1
 			runJob(t, n, jobOpts{}, func(r *rank) error {
-				l := New(r.c)
-				if r.me() == writer {
+				l := New(r.C)
+				if r.Me() == writer {
 					for v := uint64(1); v <= writes; v++ {
 						if err := l.Lock(target, true); err != nil {
 							return err
 						}
 						for _, off := range []int{0, 8} {
-							if err := r.write(target, off, stageOff+off, v); err != nil {
+							if err := r.Write(target, off, stageOff+off, v); err != nil {
 								return err
 							}
-							if err := r.f.Flush(target); err != nil {
+							if err := r.F.Flush(target); err != nil {
 								return err
 							}
 						}
@@ -100,13 +100,13 @@ func TestSharedReadersOneWriter(t *testing.T) {
 					if err := l.Lock(target, false); err != nil {
 						return err
 					}
-					if err := r.read(target, 0, stageOff, 16); err != nil {
+					if err := r.Read(target, 0, stageOff, 16); err != nil {
 						return err
 					}
 					if err := l.Unlock(target, false); err != nil {
 						return err
 					}
-					a, b := r.u64(stageOff), r.u64(stageOff+8)
+					a, b := r.U64(stageOff), r.U64(stageOff+8)
 					if a != b {
 						return fmt.Errorf("read %d: torn pair (%d, %d)", reads, a, b)
 					}
@@ -120,7 +120,7 @@ func TestSharedReadersOneWriter(t *testing.T) {
 					// there are, to leave the writer windows.
 					time.Sleep(time.Duration(rand.N(300*n)) * time.Microsecond)
 				}
-				if r.me() == 1 {
+				if r.Me() == 1 {
 					t.Logf("rank 1: %d reads saw %d distinct values", reads, len(seen))
 				}
 				return nil
@@ -138,13 +138,13 @@ func TestLockAllAndExclusive(t *testing.T) {
 	for _, n := range []int{2, 3, 6} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			runJob(t, n, jobOpts{}, func(r *rank) error {
-				l := New(r.c)
-				me := r.me()
+				l := New(r.C)
+				me := r.Me()
 				check := func(tg int, what string) error {
-					if err := r.read(tg, 0, stageOff, 16); err != nil {
+					if err := r.Read(tg, 0, stageOff, 16); err != nil {
 						return err
 					}
-					if a, b := r.u64(stageOff), r.u64(stageOff+8); a != b {
+					if a, b := r.U64(stageOff), r.U64(stageOff+8); a != b {
 						return fmt.Errorf("%s: rank %d's pair torn (%d, %d)", what, tg, a, b)
 					}
 					return nil
@@ -168,15 +168,15 @@ func TestLockAllAndExclusive(t *testing.T) {
 						if err := l.Lock(tg, true); err != nil {
 							return err
 						}
-						if err := r.read(tg, 0, stageOff, 8); err != nil {
+						if err := r.Read(tg, 0, stageOff, 8); err != nil {
 							return err
 						}
-						v := r.u64(stageOff) + 1
+						v := r.U64(stageOff) + 1
 						for _, off := range []int{0, 8} {
-							if err := r.write(tg, off, stageOff+16+off, v); err != nil {
+							if err := r.Write(tg, off, stageOff+16+off, v); err != nil {
 								return err
 							}
-							if err := r.f.Flush(tg); err != nil {
+							if err := r.F.Flush(tg); err != nil {
 								return err
 							}
 						}
@@ -195,7 +195,7 @@ func TestLockAllAndExclusive(t *testing.T) {
 						}
 					}
 				}
-				if err := r.f.Barrier(); err != nil {
+				if err := r.F.Barrier(); err != nil {
 					return err
 				}
 				want := uint64(0)
@@ -206,7 +206,7 @@ func TestLockAllAndExclusive(t *testing.T) {
 						}
 					}
 				}
-				if a, b := r.load(0), r.load(8); a != want || b != want {
+				if a, b := r.Load(0), r.Load(8); a != want || b != want {
 					return fmt.Errorf("pair (%d, %d), want %d increments", a, b, want)
 				}
 				return nil
@@ -222,17 +222,17 @@ func TestExclusiveExcludesLockAll(t *testing.T) {
 	released.Add(1)
 	var releasedAt time.Time
 	runJob(t, 3, jobOpts{}, func(r *rank) error {
-		l := New(r.c)
-		switch r.me() {
+		l := New(r.C)
+		switch r.Me() {
 		case 1:
 			if err := l.Lock(2, true); err != nil {
 				return err
 			}
 		}
-		if err := r.f.Barrier(); err != nil {
+		if err := r.F.Barrier(); err != nil {
 			return err
 		}
-		switch r.me() {
+		switch r.Me() {
 		case 0:
 			if err := l.LockAll(); err != nil {
 				return err
@@ -268,8 +268,8 @@ func TestExclusiveExcludesLockAll(t *testing.T) {
 // usable.
 func TestMisuse(t *testing.T) {
 	runJob(t, 2, jobOpts{}, func(r *rank) error {
-		l := New(r.c)
-		other := 1 - r.me()
+		l := New(r.C)
+		other := 1 - r.Me()
 		expect := func(err, want error, what string) error {
 			if !errors.Is(err, want) {
 				return fmt.Errorf("%s: %v, want %v", what, err, want)
@@ -297,22 +297,22 @@ func TestMisuse(t *testing.T) {
 			func() error { return expect(l.Unlock(other, false), ErrNotLocked, "second unlock") },
 			func() error { return l.LockAll() },
 			func() error { return expect(l.LockAll(), ErrLocked, "second lock_all") },
-			func() error { return expect(l.Lock(r.me(), true), ErrLocked, "lock while lock_all") },
-			func() error { return expect(l.Unlock(r.me(), false), ErrNotLocked, "unlock while lock_all") },
+			func() error { return expect(l.Lock(r.Me(), true), ErrLocked, "lock while lock_all") },
+			func() error { return expect(l.Unlock(r.Me(), false), ErrNotLocked, "unlock while lock_all") },
 			func() error { return l.UnlockAll() },
 			// Still usable: an exclusive lock on each in turn.
-			func() error { return r.f.Barrier() },
+			func() error { return r.F.Barrier() },
 			func() error { return l.Lock(0, true) },
 			func() error { return l.Unlock(0, true) },
-			func() error { return r.f.Barrier() },
+			func() error { return r.F.Barrier() },
 		}
 		for i, s := range steps {
 			if err := s(); err != nil {
 				return fmt.Errorf("step %d: %w", i, err)
 			}
 		}
-		if r.c.Load(control.Lock) != 0 {
-			return fmt.Errorf("lock word %#x after misuse", r.c.Load(control.Lock))
+		if r.C.Load(control.Lock) != 0 {
+			return fmt.Errorf("lock word %#x after misuse", r.C.Load(control.Lock))
 		}
 		return nil
 	})
@@ -321,8 +321,8 @@ func TestMisuse(t *testing.T) {
 // TestNoCheck: NoCheck locks record the epoch without touching the words.
 func TestNoCheck(t *testing.T) {
 	runJob(t, 2, jobOpts{}, func(r *rank) error {
-		l := New(r.c)
-		if r.me() == 1 {
+		l := New(r.C)
+		if r.Me() == 1 {
 			if err := l.LockNoCheck(0, true); err != nil {
 				return err
 			}
@@ -333,19 +333,19 @@ func TestNoCheck(t *testing.T) {
 				return fmt.Errorf("lock over a NoCheck lock: %v", err)
 			}
 		}
-		if err := r.f.Barrier(); err != nil {
+		if err := r.F.Barrier(); err != nil {
 			return err
 		}
-		if r.me() == 0 {
+		if r.Me() == 0 {
 			// The words are untouched: a real lock is free.
-			if v := r.c.Load(control.Lock); v != 0 {
+			if v := r.C.Load(control.Lock); v != 0 {
 				return fmt.Errorf("lock word %#x under a NoCheck lock", v)
 			}
 		}
-		if err := r.f.Barrier(); err != nil {
+		if err := r.F.Barrier(); err != nil {
 			return err
 		}
-		if r.me() == 1 {
+		if r.Me() == 1 {
 			if err := l.Unlock(0, true); err != nil {
 				return err
 			}
@@ -371,25 +371,25 @@ func TestDeadHolder(t *testing.T) {
 	var survivors sync.WaitGroup
 	survivors.Add(2)
 	runJob(t, 3, jobOpts{timeout: timeout, noBarrier: true}, func(r *rank) error {
-		l := New(r.c)
-		if r.me() != 1 {
+		l := New(r.C)
+		if r.Me() != 1 {
 			// Neither survivor closes while the other still needs it.
 			defer func() { survivors.Done(); survivors.Wait() }()
 		}
-		if r.me() == 1 {
+		if r.Me() == 1 {
 			if err := l.Lock(0, true); err != nil {
 				return err
 			}
 		}
-		if err := r.f.Barrier(); err != nil {
+		if err := r.F.Barrier(); err != nil {
 			return err
 		}
-		if r.me() == 1 {
-			return r.f.Close()
+		if r.Me() == 1 {
+			return r.F.Close()
 		}
 		start := time.Now()
 		var err error
-		if r.me() == 0 {
+		if r.Me() == 0 {
 			err = l.Lock(0, false)
 		} else {
 			err = l.LockAll()
@@ -404,7 +404,7 @@ func TestDeadHolder(t *testing.T) {
 		if took > 3*timeout {
 			return fmt.Errorf("gave up after %v (timeout %v)", took, timeout)
 		}
-		t.Logf("rank %d: gave up after %v: %v", r.me(), took.Round(time.Millisecond), err)
+		t.Logf("rank %d: gave up after %v: %v", r.Me(), took.Round(time.Millisecond), err)
 		// The failed attempt left the state usable: the same lock can be
 		// tried again (and fails again).
 		if h, _ := l.Held(0); h || l.HeldAll() {
@@ -418,13 +418,13 @@ func TestDeadHolder(t *testing.T) {
 func TestDeadTarget(t *testing.T) {
 	const timeout = time.Second
 	runJob(t, 2, jobOpts{timeout: timeout, noBarrier: true}, func(r *rank) error {
-		if err := r.f.Barrier(); err != nil {
+		if err := r.F.Barrier(); err != nil {
 			return err
 		}
-		if r.me() == 1 {
-			return r.f.Close()
+		if r.Me() == 1 {
+			return r.F.Close()
 		}
-		l := New(r.c)
+		l := New(r.C)
 		time.Sleep(100 * time.Millisecond) // let the close arrive
 		start := time.Now()
 		err := l.Lock(1, true)
@@ -444,7 +444,7 @@ func TestDeadTarget(t *testing.T) {
 // 2 per exclusive lock and unlock, 1 per other call.
 func TestNoAllocs(t *testing.T) {
 	runJob(t, 1, jobOpts{}, func(r *rank) error {
-		l := New(r.c)
+		l := New(r.C)
 		var err error
 		allocs := testing.AllocsPerRun(200, func() {
 			err = errors.Join(err, l.Lock(0, true), l.Unlock(0, true), l.Lock(0, false), l.Unlock(0, false), l.LockAll(), l.UnlockAll())
@@ -468,7 +468,7 @@ func TestNoAllocs(t *testing.T) {
 func TestGoroutines(t *testing.T) {
 	const n, k = 3, 15
 	runJob(t, n, jobOpts{}, func(r *rank) error {
-		l := New(r.c)
+		l := New(r.C)
 		errs := make([]error, n+1)
 		var wg sync.WaitGroup
 		for g := range n {
@@ -487,15 +487,15 @@ func TestGoroutines(t *testing.T) {
 						errs[g] = err
 						return
 					}
-					if err := r.read(g, 0, stage, 8); err != nil {
+					if err := r.Read(g, 0, stage, 8); err != nil {
 						errs[g] = err
 						return
 					}
-					if err := r.write(g, 0, stage+8, r.u64(stage)+1); err != nil {
+					if err := r.Write(g, 0, stage+8, r.U64(stage)+1); err != nil {
 						errs[g] = err
 						return
 					}
-					if err := r.f.Flush(g); err != nil {
+					if err := r.F.Flush(g); err != nil {
 						errs[g] = err
 						return
 					}
@@ -531,10 +531,10 @@ func TestGoroutines(t *testing.T) {
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
-		if err := r.f.Barrier(); err != nil {
+		if err := r.F.Barrier(); err != nil {
 			return err
 		}
-		if got := r.load(0); got != n*k {
+		if got := r.Load(0); got != n*k {
 			return fmt.Errorf("counter = %d, want %d", got, n*k)
 		}
 		return nil

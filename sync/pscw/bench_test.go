@@ -6,10 +6,10 @@ import "testing"
 // and access each other (Post, Start, one 8-byte put, Complete, Wait).
 func BenchmarkEpoch(b *testing.B) {
 	runJob(b, 2, jobOpts{}, func(r *rank) error {
-		p := New(r.c)
+		p := New(r.C)
 		defer p.Close()
-		peer := []int{1 - r.me()}
-		if r.me() == 0 {
+		peer := []int{1 - r.Me()}
+		if r.Me() == 0 {
 			b.ReportAllocs()
 			b.ResetTimer()
 		}

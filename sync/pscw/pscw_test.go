@@ -19,14 +19,14 @@ func val(iter, from int) uint64 { return uint64(iter)<<16 | uint64(from) }
 // Complete, then Wait (or a Test loop) and check that every origin's value
 // arrived.
 func epoch(r *rank, p *PSCW, iter int, exposure, access []int, useTest bool) error {
-	me := r.me()
+	me := r.Me()
 	if err := p.Post(exposure); err != nil {
 		return fmt.Errorf("iteration %d: post %v: %w", iter, exposure, err)
 	}
 	if err := p.Start(access); err != nil {
 		return fmt.Errorf("iteration %d: start %v: %w", iter, access, err)
 	}
-	if err := r.write1(access, 8*me, stageOff, val(iter, me)); err != nil {
+	if err := write1(r, access, 8*me, stageOff, val(iter, me)); err != nil {
 		return err
 	}
 	if err := p.Complete(); err != nil {
@@ -47,7 +47,7 @@ func epoch(r *rank, p *PSCW, iter int, exposure, access []int, useTest bool) err
 		return fmt.Errorf("iteration %d: wait: %w", iter, err)
 	}
 	for _, o := range exposure {
-		if got, want := r.u64(8*o), val(iter, o); got != want {
+		if got, want := r.U64(8*o), val(iter, o); got != want {
 			return fmt.Errorf("iteration %d: slot of rank %d holds %#x, want %#x", iter, o, got, want)
 		}
 	}
@@ -55,10 +55,10 @@ func epoch(r *rank, p *PSCW, iter int, exposure, access []int, useTest bool) err
 }
 
 // write1 puts v (staged once at stage) to off in each target's data region.
-func (r *rank) write1(targets []int, off, stage int, v uint64) error {
-	r.setU64(stage, v)
+func write1(r *rank, targets []int, off, stage int, v uint64) error {
+	r.SetU64(stage, v)
 	for _, t := range targets {
-		if _, err := r.f.Write(t, r.local(stage), r.at(t, off), 8); err != nil {
+		if _, err := r.F.Write(t, r.Local(stage), r.At(t, off), 8); err != nil {
 			return err
 		}
 	}
@@ -71,9 +71,9 @@ func TestRing(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			runJob(t, n, jobOpts{}, func(r *rank) error {
-				p := New(r.c)
+				p := New(r.C)
 				defer p.Close()
-				left, right := (r.me()+n-1)%n, (r.me()+1)%n
+				left, right := (r.Me()+n-1)%n, (r.Me()+1)%n
 				for i := range 100 {
 					if err := epoch(r, p, i, []int{left}, []int{right}, i%3 == 2); err != nil {
 						return err
@@ -92,7 +92,7 @@ func TestStar(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			runJob(t, n, jobOpts{}, func(r *rank) error {
-				p := New(r.c)
+				p := New(r.C)
 				defer p.Close()
 				all := make([]int, n)
 				for i := range all {
@@ -102,7 +102,7 @@ func TestStar(t *testing.T) {
 				for i := range 30 {
 					// In: everyone puts into rank 0.
 					exp, acc := none, zero
-					if r.me() == 0 {
+					if r.Me() == 0 {
 						exp = all
 					}
 					if err := epoch(r, p, 2*i, exp, acc, i%2 == 1); err != nil {
@@ -110,7 +110,7 @@ func TestStar(t *testing.T) {
 					}
 					// Out: rank 0 puts into everyone.
 					exp, acc = zero, none
-					if r.me() == 0 {
+					if r.Me() == 0 {
 						exp, acc = zero, all
 					}
 					if err := epoch(r, p, 2*i+1, exp, acc, false); err != nil {
@@ -129,9 +129,9 @@ func TestStar(t *testing.T) {
 func TestRandomGroups(t *testing.T) {
 	const n, iters = 6, 40
 	runJob(t, n, jobOpts{}, func(r *rank) error {
-		p := New(r.c)
+		p := New(r.C)
 		defer p.Close()
-		me := r.me()
+		me := r.Me()
 		for i := range iters {
 			rng := rand.New(rand.NewPCG(7, uint64(i)))
 			var exp, acc []int
@@ -162,13 +162,13 @@ func TestRandomGroups(t *testing.T) {
 func TestTest(t *testing.T) {
 	release := make(chan struct{})
 	runJob(t, 2, jobOpts{}, func(r *rank) error {
-		p := New(r.c)
+		p := New(r.C)
 		defer p.Close()
-		if r.me() == 1 {
+		if r.Me() == 1 {
 			if err := p.Start([]int{0}); err != nil {
 				return err
 			}
-			if err := r.write1([]int{0}, 8, stageOff, 42); err != nil {
+			if err := write1(r, []int{0}, 8, stageOff, 42); err != nil {
 				return err
 			}
 			<-release
@@ -195,7 +195,7 @@ func TestTest(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		if got := r.u64(8); got != 42 {
+		if got := r.U64(8); got != 42 {
 			return fmt.Errorf("slot holds %d after Test, want 42", got)
 		}
 		if _, err := p.Test(); !errors.Is(err, ErrNotPosted) {
@@ -209,9 +209,9 @@ func TestTest(t *testing.T) {
 // usable.
 func TestMisuse(t *testing.T) {
 	runJob(t, 2, jobOpts{}, func(r *rank) error {
-		p := New(r.c)
+		p := New(r.C)
 		defer p.Close()
-		other := 1 - r.me()
+		other := 1 - r.Me()
 		expect := func(err, want error, what string) error {
 			if !errors.Is(err, want) {
 				return fmt.Errorf("%s: %v, want %v", what, err, want)
@@ -236,14 +236,14 @@ func TestMisuse(t *testing.T) {
 			func() error { return expect(p.PostNoCheck(nil), ErrEpochOpen, "second post (nocheck)") },
 			func() error { return p.Start([]int{other}) },
 			func() error { return expect(p.Start([]int{other}), ErrEpochOpen, "second start") },
-			func() error { return expect(p.StartNoCheck([]int{r.me()}), ErrEpochOpen, "second start (nocheck)") },
-			func() error { return r.write1([]int{other}, 0, stageOff, 7) },
+			func() error { return expect(p.StartNoCheck([]int{r.Me()}), ErrEpochOpen, "second start (nocheck)") },
+			func() error { return write1(r, []int{other}, 0, stageOff, 7) },
 			func() error { return p.Complete() },
 			func() error { return expect(p.Complete(), ErrNotStarted, "second complete") },
 			func() error { return p.Wait() },
 			func() error { return expect(p.Wait(), ErrNotPosted, "second wait") },
 			func() error {
-				if got := r.u64(0); got != 7 {
+				if got := r.U64(0); got != 7 {
 					return fmt.Errorf("slot holds %d, want 7", got)
 				}
 				return nil
@@ -271,22 +271,22 @@ func TestMisuse(t *testing.T) {
 // moves data like a checked one and leaves the counters in step.
 func TestNoCheck(t *testing.T) {
 	runJob(t, 3, jobOpts{}, func(r *rank) error {
-		p := New(r.c)
+		p := New(r.C)
 		defer p.Close()
-		n := r.size()
-		left, right := (r.me()+n-1)%n, (r.me()+1)%n
+		n := r.Size()
+		left, right := (r.Me()+n-1)%n, (r.Me()+1)%n
 		for i := range 10 {
 			if i%2 == 0 {
 				if err := p.PostNoCheck([]int{left}); err != nil {
 					return err
 				}
-				if err := r.f.Barrier(); err != nil { // every post precedes every start
+				if err := r.F.Barrier(); err != nil { // every post precedes every start
 					return err
 				}
 				if err := p.StartNoCheck([]int{right}); err != nil {
 					return err
 				}
-				if err := r.write1([]int{right}, 8*r.me(), stageOff, val(i, r.me())); err != nil {
+				if err := write1(r, []int{right}, 8*r.Me(), stageOff, val(i, r.Me())); err != nil {
 					return err
 				}
 				if err := p.Complete(); err != nil {
@@ -295,7 +295,7 @@ func TestNoCheck(t *testing.T) {
 				if err := p.Wait(); err != nil {
 					return err
 				}
-				if got, want := r.u64(8*left), val(i, left); got != want {
+				if got, want := r.U64(8*left), val(i, left); got != want {
 					return fmt.Errorf("iteration %d: %#x, want %#x", i, got, want)
 				}
 				continue
@@ -329,25 +329,25 @@ func TestDeadPeer(t *testing.T) {
 		var survivors sync.WaitGroup
 		survivors.Add(2)
 		runJob(t, 3, jobOpts{timeout: timeout, noBarrier: true}, func(r *rank) error {
-			p := New(r.c)
-			if r.me() == 1 {
-				if err := r.f.Barrier(); err != nil {
+			p := New(r.C)
+			if r.Me() == 1 {
+				if err := r.F.Barrier(); err != nil {
 					return err
 				}
-				return r.f.Close()
+				return r.F.Close()
 			}
 			defer func() { survivors.Done(); survivors.Wait() }()
-			if r.me() == 0 {
+			if r.Me() == 0 {
 				if err := p.Post([]int{2}); err != nil {
 					return err
 				}
 			}
-			if err := r.f.Barrier(); err != nil {
+			if err := r.F.Barrier(); err != nil {
 				return err
 			}
 			start := time.Now()
 			var err error
-			if r.me() == 0 {
+			if r.Me() == 0 {
 				err = bounded(start, p.Start([]int{1}), "start({1})")
 			} else {
 				// Rank 0 posted, rank 1 never will.
@@ -366,23 +366,23 @@ func TestDeadPeer(t *testing.T) {
 		var survivors sync.WaitGroup
 		survivors.Add(2)
 		runJob(t, 3, jobOpts{timeout: timeout, noBarrier: true}, func(r *rank) error {
-			p := New(r.c)
-			if r.me() == 1 {
-				if err := r.f.Barrier(); err != nil {
+			p := New(r.C)
+			if r.Me() == 1 {
+				if err := r.F.Barrier(); err != nil {
 					return err
 				}
-				return r.f.Close()
+				return r.F.Close()
 			}
 			defer func() { survivors.Done(); survivors.Wait() }()
-			if r.me() == 0 {
+			if r.Me() == 0 {
 				if err := p.Post([]int{1, 2}); err != nil {
 					return err
 				}
 			}
-			if err := r.f.Barrier(); err != nil {
+			if err := r.F.Barrier(); err != nil {
 				return err
 			}
-			if r.me() == 2 {
+			if r.Me() == 2 {
 				if err := p.Start([]int{0}); err != nil {
 					return err
 				}
@@ -408,7 +408,7 @@ func TestDeadPeer(t *testing.T) {
 // per call; Complete makes one per target.
 func TestNoAllocs(t *testing.T) {
 	runJob(t, 1, jobOpts{}, func(r *rank) error {
-		p := New(r.c)
+		p := New(r.C)
 		defer p.Close()
 		g := []int{0}
 		var err error
@@ -431,9 +431,9 @@ func TestNoAllocs(t *testing.T) {
 func TestSidesInGoroutines(t *testing.T) {
 	const n, iters = 4, 60
 	runJob(t, n, jobOpts{}, func(r *rank) error {
-		p := New(r.c)
+		p := New(r.C)
 		defer p.Close()
-		me := r.me()
+		me := r.Me()
 		left, right := (me+n-1)%n, (me+1)%n
 		var expErr, accErr error
 		var wg sync.WaitGroup
@@ -447,7 +447,7 @@ func TestSidesInGoroutines(t *testing.T) {
 				if expErr = p.Wait(); expErr != nil {
 					return
 				}
-				if got, want := r.u64(8*left), val(i, left); got != want {
+				if got, want := r.U64(8*left), val(i, left); got != want {
 					expErr = fmt.Errorf("iteration %d: %#x, want %#x", i, got, want)
 					return
 				}
@@ -459,7 +459,7 @@ func TestSidesInGoroutines(t *testing.T) {
 				if accErr = p.Start([]int{right}); accErr != nil {
 					return
 				}
-				if accErr = r.write1([]int{right}, 8*me, stageOff, val(i, me)); accErr != nil {
+				if accErr = write1(r, []int{right}, 8*me, stageOff, val(i, me)); accErr != nil {
 					return
 				}
 				if accErr = p.Complete(); accErr != nil {
