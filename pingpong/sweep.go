@@ -97,11 +97,19 @@ func verify(buf []float64, round int, full bool, where string) error {
 
 // pollFlag waits until element i of win's own memory equals want, reading
 // it atomically (LoadLocal), then orders the peer's earlier writes before
-// this rank's plain reads (Sync): the documented way to poll a flag.
+// this rank's plain reads (Sync): the documented way to poll a flag. It
+// spins briefly, then sleeps a microsecond per try: a goroutine that only
+// yields (runtime.Gosched) keeps its P busy, so the scheduler stops
+// polling the network, and the socket reads that deliver the flag wait for
+// sysmon, which made each leg take tens of milliseconds.
 func pollFlag(win *rma.Window[float64], i int, want float64) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for spins := 1; win.LoadLocal(i) != want; spins++ {
-		runtime.Gosched()
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Microsecond)
+		}
 		if spins%4096 == 0 && time.Now().After(deadline) {
 			return fmt.Errorf("flag %d never became %v (it is %v)", i, want, win.LoadLocal(i))
 		}
