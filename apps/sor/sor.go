@@ -111,8 +111,9 @@ func run(w *rma.World, p problem, variant string, reps int) (outcome, error) {
 }
 
 // verify runs the sequential solver on rank 0 (alone: the other ranks wait
-// in a fence; reps times, the best time counts), in a window of the whole grid from which every rank then
-// gets its own rows and compares them bit for bit.
+// in a fence; reps times, the best time counts) in a window of the whole
+// grid, from which every rank then gets its own rows and compares them bit
+// for bit.
 func verify(w *rma.World, p problem, s *stripe, red *coll.Reducer[float64], reps int, out *outcome) error {
 	me := w.Rank()
 	whole := 0
