@@ -2,16 +2,17 @@
 // sets in its window (rma has no call that blocks until local memory
 // changes).
 //
-// Sleeping is the wrong tool for short waits here: Go's timers stretch a
-// sleep of a few microseconds to a third of a millisecond or more on this
-// kind of virtual machine, and anything over ~20 µs to about a
-// millisecond, far longer than a soft-provider round trip (~50 µs). So
-// Until polls without sleeping for the first couple of milliseconds,
-// yielding the processor between polls: to the Go scheduler
-// (runtime.Gosched, so this rank's own fabric goroutines run) and to the
-// operating system (sched_yield, so that when ranks outnumber cores the
-// rank that will set the flag gets the core). Only a longer wait falls back
-// to sleeping.
+// Until polls a few times, yielding to the Go scheduler in between, then
+// sleeps a microsecond between polls. Spinning longer is worse, not
+// better: rmarun gives each rank its share of the cores (GOMAXPROCS 1 with
+// 2 ranks on 2 cores), and a goroutine that only yields keeps that one
+// processor from ever polling the network, so the soft provider's
+// goroutine that would read the peer's flag off its socket never runs
+// (measured: the SOR lock variant took 2.2 ms an iteration that way, 0.6
+// ms with sleeps). A sleep lets the scheduler poll the network. Go
+// stretches a 1 µs sleep to tens of microseconds on an idle machine and to
+// a third of a millisecond or more on a loaded one, which bounds how fast
+// a polled flag can be noticed.
 package wait
 
 import (
@@ -24,33 +25,27 @@ import (
 // ErrTimeout is returned by Until when the condition did not hold in time.
 var ErrTimeout = errors.New("wait: timed out")
 
-// spinFor is how long Until polls before it starts sleeping.
-const spinFor = 2 * time.Millisecond
+// spins is how many polls Until makes, yielding, before it sleeps.
+const spins = 16
 
 // Until calls cond until it returns true, or fails with ErrTimeout after
 // timeout (0: no limit).
 func Until(cond func() bool, timeout time.Duration) error {
-	if cond() {
-		return nil
-	}
-	start := time.Now()
-	for i := 1; ; i++ {
+	var start time.Time
+	for i := 0; ; i++ {
 		if cond() {
 			return nil
 		}
-		if i%64 != 0 {
+		if i < spins {
 			runtime.Gosched()
 			continue
 		}
-		el := time.Since(start)
-		if timeout > 0 && el > timeout {
+		if i == spins {
+			start = time.Now()
+		} else if timeout > 0 && i%64 == 0 && time.Since(start) > timeout {
 			return ErrTimeout
 		}
-		if el < spinFor {
-			yieldThread()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
+		time.Sleep(time.Microsecond)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 func TestUntil(t *testing.T) {
 	var flag atomic.Bool
 	go func() {
-		time.Sleep(5 * time.Millisecond) // past the spinning phase
+		time.Sleep(5 * time.Millisecond) // well past the spinning polls
 		flag.Store(true)
 	}()
 	if err := Until(flag.Load, time.Minute); err != nil {

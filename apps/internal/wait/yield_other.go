@@ -1,7 +1,0 @@
-//go:build !linux
-
-package wait
-
-import "runtime"
-
-func yieldThread() { runtime.Gosched() }
