@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -29,6 +32,9 @@ type Result struct {
 	SeqSeconds float64 `json:"seq_seconds"`
 	Speedup    float64 `json:"speedup"`
 	Verified   bool    `json:"verified"`
+	// Load1 is the machine's one-minute load average when the run ended
+	// (Linux), a hint of how much other work shared the cores.
+	Load1 float64 `json:"load1,omitempty"`
 	// Extra holds app-specific figures (rates, residuals).
 	Extra map[string]float64 `json:"extra,omitempty"`
 }
@@ -44,6 +50,21 @@ func (r *Result) Finish(par, seq time.Duration) {
 	if r.Seconds > 0 {
 		r.Speedup = r.SeqSeconds / r.Seconds
 	}
+	r.Load1 = load1()
+}
+
+// load1 reads the one-minute load average, or 0 where there is none.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 // Write prints r to out: a JSON object on one line if asJSON, else text
