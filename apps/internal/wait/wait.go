@@ -7,12 +7,13 @@
 // better: rmarun gives each rank its share of the cores (GOMAXPROCS 1 with
 // 2 ranks on 2 cores), and a goroutine that only yields keeps that one
 // processor from ever polling the network, so the soft provider's
-// goroutine that would read the peer's flag off its socket never runs
+// goroutine that would read the peer's flag off its socket does not run
 // (measured: the SOR lock variant took 2.2 ms an iteration that way, 0.6
-// ms with sleeps). A sleep lets the scheduler poll the network. Go
-// stretches a 1 µs sleep to tens of microseconds on an idle machine and to
-// a third of a millisecond or more on a loaded one, which bounds how fast
-// a polled flag can be noticed.
+// ms with sleeps). While this goroutine sleeps the idle processor blocks
+// in the network poller, which wakes as soon as data arrives on a socket
+// (or when the timer fires: a 1 µs sleep with nothing arriving takes about
+// a third of a millisecond here), so a short sleep is in effect a wait for
+// the fabric.
 package wait
 
 import (
