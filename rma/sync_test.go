@@ -333,3 +333,55 @@ func TestEpochMisuse(t *testing.T) {
 		return win.Free()
 	})
 }
+
+// TestWaitLocalFlag: rank 0 puts data, flushes, then sets rank 1's flag
+// with an atomic under a lock; rank 1 waits on the flag with WaitLocal and
+// must then see the data (the pattern of docs/memory-model.md).
+func TestWaitLocalFlag(t *testing.T) {
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 65)
+		if err != nil {
+			return err
+		}
+		const flag = 64
+		for round := int64(1); round <= 20; round++ {
+			if w.Rank() == 0 {
+				data := make([]int64, 64)
+				for i := range data {
+					data[i] = round*100 + int64(i)
+				}
+				if err := win.Lock(1, rma.Exclusive, 0); err != nil {
+					return err
+				}
+				if err := win.Put(data, 1, 0); err != nil {
+					return err
+				}
+				if err := win.Flush(1); err != nil {
+					return err
+				}
+				if err := win.Accumulate([]int64{round}, 1, flag, rma.Replace); err != nil {
+					return err
+				}
+				if err := win.Unlock(1); err != nil {
+					return err
+				}
+			} else {
+				if err := win.WaitLocal(flag, func(v int64) bool { return v == round }); err != nil {
+					return err
+				}
+				for i, v := range win.Local()[:64] {
+					if v != round*100+int64(i) {
+						return fmt.Errorf("round %d: element %d = %d after the flag", round, i, v)
+					}
+				}
+			}
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+		}
+		if err := win.WaitLocal(99, func(int64) bool { return true }); !errors.Is(err, rma.ErrRange) {
+			return fmt.Errorf("WaitLocal out of range: %v", err)
+		}
+		return win.Free()
+	})
+}
