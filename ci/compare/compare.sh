@@ -21,8 +21,9 @@
 # MODES="fence3 fence2 pscw lock lockall get" MANY_NS="2 3 4" MANY_MAXEXP=16
 # SYSTEMS="rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=300
 # COMPARE_NO_INSTALL=1 (skip apt-get) COMPARE_NO_DOCS=1 (do not touch docs/)
-# LOADMAX=1.0 LOADWAIT=600: before each round, wait up to LOADWAIT seconds
-# for the 1-minute load average to drop to LOADMAX (other jobs on a 2-core
+# LOADMAX=1.5 LOADWAIT=60: before each one-to-one round, the one-to-many
+# part and the OSU part, wait up to LOADWAIT seconds for the 1-minute load
+# average to drop to LOADMAX (other jobs on a 2-core
 # machine wreck busy-polling MPIs far more than rmago); the load seen is
 # reported.
 set -euo pipefail
@@ -47,8 +48,8 @@ LOG=$OUT/commands.log
 : >"$LOG"
 : >"$OUT/problems.txt"
 
-LOADMAX=${LOADMAX:-1.0}
-LOADWAIT=${LOADWAIT:-600}
+LOADMAX=${LOADMAX:-1.5}
+LOADWAIT=${LOADWAIT:-60}
 LOADS=""
 
 # quiet NAME: wait for the machine to be quiet enough, note the load.
@@ -150,8 +151,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 say "one-to-many: N in {$MANY_NS}, fence3, 2^0..2^$MANY_MAXEXP doubles"
+quiet "one-to-many"
 for ((r = 1; r <= ROUNDS; r++)); do
-	quiet "one-to-many round $r"
 	for n in $MANY_NS; do
 		for sys in $(rotate $((r - 1)) $SYSTEMS); do
 			# MPICH with more ranks than cores: its busy polling makes one
