@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +36,9 @@ type Result struct {
 	// Load1 is the machine's one-minute load average when the run ended
 	// (Linux), a hint of how much other work shared the cores.
 	Load1 float64 `json:"load1,omitempty"`
+	// GOMAXPROCS is the rank's (rmarun sets cores/ranks unless the
+	// environment sets it).
+	GOMAXPROCS int `json:"gomaxprocs"`
 	// Extra holds app-specific figures (rates, residuals).
 	Extra map[string]float64 `json:"extra,omitempty"`
 }
@@ -51,6 +55,7 @@ func (r *Result) Finish(par, seq time.Duration) {
 		r.Speedup = r.SeqSeconds / r.Seconds
 	}
 	r.Load1 = load1()
+	r.GOMAXPROCS = runtime.GOMAXPROCS(0)
 }
 
 // load1 reads the one-minute load average, or 0 where there is none.
