@@ -94,7 +94,11 @@ func writeTables(w io.Writer, reps []*Report, base string, sizes []int, bench, s
 		case MetricBW:
 			unit = "bandwidth, MB/s"
 		}
-		fmt.Fprintf(w, "\n**%s %s, %d ranks** (%s; ratio = %s / other)\n\n", g.bench, g.sync, g.ranks, unit, base)
+		ratio := ""
+		if len(others) > 0 {
+			ratio = fmt.Sprintf("; ratio = %s / other", base)
+		}
+		fmt.Fprintf(w, "\n**%s %s, %d ranks** (%s%s)\n\n", g.bench, g.sync, g.ranks, unit, ratio)
 		head := []string{"bytes", base}
 		head = append(head, others...)
 		for _, o := range others {

@@ -21,6 +21,7 @@
 # MODES="fence3 fence2 pscw lock lockall get" MANY_NS="2 3 4" MANY_MAXEXP=16
 # SYSTEMS="rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=300
 # COMPARE_NO_INSTALL=1 (skip apt-get) COMPARE_NO_DOCS=1 (do not touch docs/)
+# COMPARE_NO_OSU=1 (skip rmago's OSU-style part) MANY_NS="" (no one-to-many)
 # LOADMAX=1.5 LOADWAIT=60: before each one-to-one round, the one-to-many
 # part and the OSU part, wait up to LOADWAIT seconds for the 1-minute load
 # average to drop to LOADMAX (other jobs on a 2-core
@@ -166,11 +167,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	say "one-to-many round $r done"
 done
 
-say "OSU-style suite, rmago only (MPI's OSU figures: shared/baselines.md)"
-quiet "OSU-style suite"
+[ -n "${COMPARE_NO_OSU:-}" ] && OSU_SPECS="" || OSU_SPECS="put_latency:fence,lock,flush,lock_all,pscw get_latency:fence,lock,flush put_bw:flush acc_latency:flush fop_latency:flush cas_latency:flush"
+[ -n "$OSU_SPECS" ] && say "OSU-style suite, rmago only (MPI's OSU figures: shared/baselines.md)" && quiet "OSU-style suite"
 OSU="bin/rmarun -n 2 -provider soft -quiet-prefix bin/pingpong osu -no-progress -label 'rmago soft (TCP)'"
-for spec in "put_latency fence,lock,flush,lock_all,pscw" "get_latency fence,lock,flush" "put_bw flush" "acc_latency flush" "fop_latency flush" "cas_latency flush"; do
-	set -- $spec
+for spec in $OSU_SPECS; do
+	set -- ${spec/:/ }
 	cmd="$OSU -b $1 -s $2 -m 8:1048576 -i 500 -x 50 -json $RAW/osu.$1.json"
 	[ "$1" = put_bw ] && cmd="$OSU -b $1 -s $2 -m 8:1048576 -json $RAW/osu.$1.json"
 	[ "$1" = acc_latency ] && cmd="$OSU -b $1 -s $2 -m 8:4096 -i 200 -x 20 -json $RAW/osu.$1.json"
@@ -196,7 +197,7 @@ for sys in $SYSTEMS; do
 	$PP import -o "$OUT/$sys.json" -system "$(label "$sys")" -provider $prov $files
 	JSONS+=("$OUT/$sys.json")
 done
-$PP import -o "$OUT/rmago-osu.json" -system "rmago soft (TCP)" "$RAW"/osu.*.json
+[ -n "$OSU_SPECS" ] && $PP import -o "$OUT/rmago-osu.json" -system "rmago soft (TCP)" "$RAW"/osu.*.json
 
 [ -n "${COMPARE_NO_DOCS:-}" ] && { say "done (COMPARE_NO_DOCS: docs untouched), results in $OUT"; exit 0; }
 
