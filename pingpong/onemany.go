@@ -41,6 +41,10 @@ func oneMany(j *job, s *sweep, modes []string) (err error) {
 	defer func() { ws.free(&err) }()
 	maxN := 1 << s.maxExp
 	st := &star{me: j.w.Rank(), size: j.w.Size()}
+	// The root holds a slot per peer and an origin; each peer one window.
+	if err := checkMemory(8*maxN*(2*st.size-1)/st.size, st.size); err != nil {
+		return err
+	}
 	n := maxN
 	if st.me == 0 {
 		n = (st.size - 1) * maxN

@@ -45,6 +45,9 @@ func oneOne(j *job, s *sweep, modes []string) (err error) {
 	var ws windows
 	defer func() { ws.free(&err) }()
 	maxN := 1 << s.maxExp
+	if err := checkMemory(16*maxN, 2); err != nil { // window and origin, per rank
+		return err
+	}
 	p := &pair{me: j.w.Rank(), peer: 1 - j.w.Rank(), flag: maxN}
 	if p.win, err = newWindow[float64](j.w, maxN+1, s.window); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/rmago/rmago/rma"
@@ -153,4 +154,29 @@ func newWindow[T rma.Number](w *rma.World, n int, kind string) (*rma.Window[T], 
 		return rma.Create(w, make([]T, n))
 	}
 	return rma.Allocate[T](w, n)
+}
+
+// checkMemory refuses a sweep whose windows would not fit in the memory
+// the system has available (MemAvailable in /proc/meminfo, where there is
+// one): each rank needs bytes of window and origin memory, and all ranks
+// of the job run on this host under rmarun.
+func checkMemory(bytes, ranks int) error {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, err := strconv.Atoi(f[1])
+			if err != nil {
+				return nil
+			}
+			if need := uint64(bytes) * uint64(ranks); need > uint64(kb)*1024*9/10 {
+				return usagef("the windows need %.1f GiB (%d ranks), more than the %.1f GiB available: lower -max",
+					float64(need)/(1<<30), ranks, float64(kb)/(1<<20))
+			}
+			return nil
+		}
+	}
+	return nil
 }

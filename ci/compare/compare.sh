@@ -19,7 +19,7 @@
 #
 # Knobs (environment): ROUNDS=3 REPS=4 MINEXP=0 MAXEXP=20
 # MODES="fence3 fence2 pscw lock lockall get" MANY_NS="2 3 4" MANY_MAXEXP=16
-# SYSTEMS="rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=300
+# SYSTEMS="rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=150
 # COMPARE_NO_INSTALL=1 (skip apt-get) COMPARE_NO_DOCS=1 (do not touch docs/)
 # COMPARE_NO_OSU=1 (skip rmago's OSU-style part) MANY_NS="" (no one-to-many)
 # LOADMAX=1.5 LOADWAIT=60: before each one-to-one round, the one-to-many
@@ -36,11 +36,11 @@ REPS=${REPS:-4}
 MINEXP=${MINEXP:-0}
 MAXEXP=${MAXEXP:-20}
 MODES=${MODES:-"fence3 fence2 pscw lock lockall get"}
-MANY_NS=${MANY_NS:-"2 3 4"}
+MANY_NS=${MANY_NS-"2 3 4"}
 MANY_MAXEXP=${MANY_MAXEXP:-16}
 MANY_ITERS=${MANY_ITERS:-20}
 SYSTEMS=${SYSTEMS:-"rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm"}
-TMO=${TMO:-300}
+TMO=${TMO:-150}
 RAW=$OUT/raw
 START=$(date +%s)
 rm -rf "$RAW"
