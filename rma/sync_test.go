@@ -385,3 +385,40 @@ func TestWaitLocalFlag(t *testing.T) {
 		return win.Free()
 	})
 }
+
+// TestCloseWithOpenWindows: windows left open (after PSCW epochs, a fence
+// epoch, a lock) are released by Close without hanging.
+func TestCloseWithOpenWindows(t *testing.T) {
+	rmatest.Run(t, 3, func(w *rma.World) error {
+		me, n := w.Rank(), w.Size()
+		p, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		f, err := rma.Create(w, make([]float32, 4))
+		if err != nil {
+			return err
+		}
+		for i := 0; i < 3; i++ {
+			if err := p.Post([]int{(me + n - 1) % n}, 0); err != nil {
+				return err
+			}
+			if err := p.Start([]int{(me + 1) % n}, 0); err != nil {
+				return err
+			}
+			if err := p.Put([]int64{int64(i)}, (me+1)%n, 0); err != nil {
+				return err
+			}
+			if err := p.Complete(); err != nil {
+				return err
+			}
+			if err := p.Wait(); err != nil {
+				return err
+			}
+		}
+		if err := f.Fence(0); err != nil {
+			return err
+		}
+		return f.Put([]float32{1}, (me+1)%n, 0) // still in flight at Close
+	})
+}

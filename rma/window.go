@@ -208,7 +208,7 @@ func (win *Window[T]) setup() error {
 	if win.mr != nil {
 		w.register(win.bytes(), win.mr, win)
 	}
-	w.track(win, win.release)
+	w.track(win, leftover{quiesce: win.quiesce, release: win.release})
 	win.fence = fence.New(w.f, win.id)
 	win.reads = make([]bool, size)
 	win.ep.init(size)
@@ -274,6 +274,18 @@ func (win *Window[T]) Free() error {
 	win.w.unregister(win)
 	win.release()
 	return err
+}
+
+// quiesce completes this rank's outstanding work on the window (pending
+// operations, PSCW post atomics), errors ignored: the job is ending.
+func (win *Window[T]) quiesce() {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	win.flushLocked(-1)
+	if win.pscw != nil {
+		win.pscw.Close()
+		win.pscw = nil
+	}
 }
 
 // release deregisters and frees (or unpins) the window's memory.

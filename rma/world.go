@@ -51,8 +51,8 @@ type World struct {
 	f *transport.Fabric
 
 	mu     sync.Mutex
-	regs   []localRegion  // registered memory usable as origin buffers
-	open   map[any]func() // release functions of windows not yet freed
+	regs   []localRegion    // registered memory usable as origin buffers
+	open   map[any]leftover // windows not yet freed
 	nextID uint16
 	closed bool
 
@@ -173,12 +173,18 @@ func (w *World) Close() error {
 		return ErrClosed
 	}
 	w.closed = true
-	leftover := w.open
+	left := w.open
 	w.open = nil
 	w.mu.Unlock()
+	// Windows the program did not free: finish this rank's own work on
+	// them while every peer is still there, then release them once no
+	// rank can reach them any more.
+	for _, l := range left {
+		l.quiesce()
+	}
 	err := w.f.Barrier()
-	for _, release := range leftover {
-		release()
+	for _, l := range left {
+		l.release()
 	}
 	w.stage.free()
 	w.atom.free()
@@ -202,14 +208,19 @@ func (w *World) register(b []byte, mr verbs.MR, owner any) {
 	w.mu.Unlock()
 }
 
-// track records how to release a window's resources, for Close to release
-// the windows a program did not free.
-func (w *World) track(owner any, release func()) {
+// leftover is how Close deals with a window the program did not free.
+type leftover struct {
+	quiesce func() // complete this rank's outstanding work on it
+	release func() // deregister and free it
+}
+
+// track records a window, for Close to release it if the program does not.
+func (w *World) track(owner any, l leftover) {
 	w.mu.Lock()
 	if w.open == nil {
-		w.open = map[any]func(){}
+		w.open = map[any]leftover{}
 	}
-	w.open[owner] = release
+	w.open[owner] = l
 	w.mu.Unlock()
 }
 
