@@ -62,6 +62,17 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 	if len(origin) == 0 {
 		return Request{}, nil
 	}
+	if target == win.w.Rank() {
+		// This rank's own window: a copy, complete at once. (Accumulates
+		// still go through the NIC, the one agent for atomic updates.)
+		win.ops = true
+		if put {
+			copy(win.local[disp:], origin)
+		} else {
+			copy(origin, win.local[disp:disp+len(origin)])
+		}
+		return Request{}, nil
+	}
 	rw := &win.remotes[target]
 	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
 	n := len(origin) * win.esize
@@ -69,11 +80,8 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 	win.opsOn(target)
 	if put {
 		win.puts = true
-	}
-	if !put || target == win.w.Rank() {
-		// Reads, and puts to this rank itself (no notification follows
-		// them down the loopback queue pair), are flushed at the fence.
-		win.reads[target] = true
+	} else {
+		win.reads[target] = true // reads are flushed at the next synchronization
 	}
 	w := win.w
 	req := Request{w: w, rank: target}

@@ -173,8 +173,10 @@ func (win *Window[T]) Sync() error {
 }
 
 // LoadLocal reads element i of this rank's own window atomically, for
-// polling a flag that peers set with Put, Accumulate or an atomic. Peers'
-// changes become visible to it without any synchronization call.
+// polling a flag that peers set with an atomic (Accumulate with Replace,
+// FetchAndOp, CompareAndSwap; not a plain Put, see docs/memory-model.md).
+// Peers' changes become visible to it without any synchronization call;
+// WaitLocal is the blocking form.
 func (win *Window[T]) LoadLocal(i int) T {
 	p := unsafe.Pointer(&win.local[i])
 	if win.esize == 8 {
@@ -268,6 +270,7 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	if err := lockFn(target, typ == Exclusive); err != nil {
 		return err
 	}
+	win.noCheckLock[target] = assert&NoCheck != 0
 	win.ep.lock[target] = lockShared
 	if typ == Exclusive {
 		win.ep.lock[target] = lockExclusive
@@ -288,9 +291,23 @@ func (win *Window[T]) Unlock(target int) error {
 	if typ == lockNone {
 		return fmt.Errorf("%w: rank %d", ErrNotLocked, target)
 	}
-	err := win.flushLocked(target)
+	// The release atomic follows this rank's puts to target down the same
+	// queue pair, which executes them in order, and its completion (which
+	// Unlock waits for) implies theirs: puts need no separate flush round
+	// trip. Reads and atomics do: a read's data may still be on its way
+	// (IB orders them before later requests only with a fence), and a
+	// writer let in by the release would tear it. A NoCheck lock has no
+	// atomic to wait for.
+	var err error
+	if win.noCheckLock[target] || win.reads[target] {
+		err = win.w.f.Flush(target)
+	}
 	if err == nil {
 		err = win.locks.Unlock(target, typ == lockExclusive)
+	}
+	win.reads[target] = false
+	if err == nil {
+		err = win.w.drainStage()
 	}
 	win.ep.lock[target] = lockNone
 	win.ep.nlocks--

@@ -83,13 +83,14 @@ type Window[T Number] struct {
 	locks   lockProtocol
 	pscw    pscwProtocol
 
-	mu      sync.Mutex
-	ep      epochs
-	ops     bool   // operations issued since the last synchronization
-	puts    bool   // puts issued since the last synchronization
-	reads   []bool // per rank: reads or atomics to flush at the next synchronization
-	flushes []int  // scratch for the fence
-	freed   bool
+	mu          sync.Mutex
+	ep          epochs
+	ops         bool   // operations issued since the last synchronization
+	puts        bool   // puts issued since the last synchronization
+	reads       []bool // per rank: reads or atomics to flush at the next synchronization
+	flushes     []int  // scratch for the fence
+	noCheckLock []bool // per target: the lock was taken with NoCheck
+	freed       bool
 }
 
 // remoteWindow is another rank's window, as the creation allgather told.
@@ -211,6 +212,7 @@ func (win *Window[T]) setup() error {
 	w.track(win, leftover{quiesce: win.quiesce, release: win.release})
 	win.fence = fence.New(w.f, win.id)
 	win.reads = make([]bool, size)
+	win.noCheckLock = make([]bool, size)
 	win.ep.init(size)
 	if win.ctrl, err = control.New(w.f); err != nil {
 		win.release()

@@ -65,16 +65,21 @@ func Env(rank, size int, rendezvous, secretHex, addr string) []string {
 	}
 }
 
-// CoreShare gives each of n local ranks its share of the machine's cores,
-// as MPI launchers bind one core per rank: GOMAXPROCS=max(1, NumCPU/n),
-// unless the caller set GOMAXPROCS (then nothing is returned). Ranks that
-// each run as many Go threads as there are cores fight over them: the
-// scheduler's spinning threads steal the time a peer needs to answer.
+// CoreShare gives each of n local ranks its share of the machine's cores
+// plus one, GOMAXPROCS = min(NumCPU, NumCPU/n + 1), unless the caller set
+// GOMAXPROCS to something (then nothing is returned). Ranks that each run as
+// many Go threads as there are cores fight over them (the scheduler's
+// spinning threads steal the time a peer needs to answer), as MPI launchers
+// avoid by binding a core per rank; but one core per rank would leave the
+// soft provider's responder, the rank's "NIC", waiting up to the scheduler's
+// 10 ms preemption tick while the rank computes, and one-sided progress
+// must not wait for the target.
 func CoreShare(n int) []string {
-	if _, set := os.LookupEnv("GOMAXPROCS"); set || n <= 0 {
+	if os.Getenv("GOMAXPROCS") != "" || n <= 0 {
 		return nil
 	}
-	return []string{"GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/n))}
+	cpu := runtime.NumCPU()
+	return []string{"GOMAXPROCS=" + strconv.Itoa(min(cpu, cpu/n+1))}
 }
 
 // NewSecret returns a fresh per-job key: SecretBytes bytes from crypto/rand,

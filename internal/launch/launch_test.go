@@ -78,12 +78,17 @@ func TestEnv(t *testing.T) {
 func TestCoreShare(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "")
 	os.Unsetenv("GOMAXPROCS")
-	want := "GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/2))
+	cpu := runtime.NumCPU()
+	want := "GOMAXPROCS=" + strconv.Itoa(min(cpu, cpu/2+1))
 	if got := CoreShare(2); len(got) != 1 || got[0] != want {
 		t.Fatalf("CoreShare(2) = %q, want %q", got, want)
 	}
 	if got := CoreShare(1000); len(got) != 1 || got[0] != "GOMAXPROCS=1" {
 		t.Fatalf("CoreShare(1000) = %q", got)
+	}
+	t.Setenv("GOMAXPROCS", "") // set but empty counts as unset, as for Go
+	if got := CoreShare(2); len(got) != 1 {
+		t.Fatalf("with GOMAXPROCS empty: %q", got)
 	}
 	t.Setenv("GOMAXPROCS", "7")
 	if got := CoreShare(2); got != nil {
