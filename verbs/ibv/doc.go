@@ -20,6 +20,12 @@
 // device; else $RMAGO_NETDEV names a network interface whose RDMA device is
 // used; else the first device with an active port.
 //
+// CQ.Wait polls the CQ for a few microseconds, then sleeps on the CQ's
+// completion channel until the device signals a completion; the number of
+// polls adapts to what a sleep costs on the machine, or is fixed by
+// $RMAGO_IBV_SPIN (0: sleep at once). docs/rdma.md describes the provider
+// in full.
+//
 // Memory handed to PD.RegMR must stay put while registered: the NIC reads
 // and writes it by virtual address behind the Go runtime's back. Allocate
 // it outside the Go heap (mmap) or pin it with runtime.Pinner.

@@ -7,9 +7,13 @@ package ibv
 #include <infiniband/verbs.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 // Flat, union-free request descriptors that Go fills in C memory; the post
 // helpers turn them into ibv_send_wr / ibv_recv_wr chains and post them, all
@@ -117,6 +121,130 @@ static int rg_poll(struct ibv_cq *cq, int n, struct ibv_wc *raw, rg_wc *out) {
 		out[i].imm = out[i].has_imm ? be32toh(raw[i].imm_data) : 0;
 	}
 	return k;
+}
+
+// rg_waiter is what a blocking CQ wait needs: the CQ, the completion channel
+// it was created on (its fd non-blocking), an eventfd that Close writes to
+// end a blocked wait, and the notification state. Only the one goroutine
+// holding the CQ's wait lock touches armed and unacked.
+typedef struct {
+	struct ibv_cq *cq;
+	struct ibv_comp_channel *ch;
+	int wake;          // eventfd
+	int armed;         // notification requested and its event not taken yet
+	unsigned unacked;  // events taken, not yet acknowledged
+	int slept;         // the last rg_cq_block slept in poll() until an event
+} rg_waiter;
+
+// Events are acknowledged in batches: ibv_ack_cq_events takes a lock.
+#define RG_ACK_BATCH 64
+// rg_cq_block's result when the wake eventfd fired (beyond any -errno).
+#define RG_WOKEN (-0x10000)
+
+// rg_create_cq makes a completion channel with a non-blocking fd, the wake
+// eventfd, and a CQ of depth entries that reports to the channel. NULL with
+// errno set on failure.
+static rg_waiter *rg_create_cq(struct ibv_context *c, int depth) {
+	rg_waiter *w = calloc(1, sizeof *w);
+	if (!w) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	w->wake = -1;
+	int fl;
+	if (!(w->ch = ibv_create_comp_channel(c))) goto fail;
+	if ((fl = fcntl(w->ch->fd, F_GETFL)) < 0 || fcntl(w->ch->fd, F_SETFL, fl | O_NONBLOCK) < 0) goto fail;
+	if ((w->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) goto fail;
+	if (!(w->cq = ibv_create_cq(c, depth, NULL, w->ch, 0))) goto fail;
+	return w;
+fail:;
+	int e = errno;
+	if (w->wake >= 0) close(w->wake);
+	if (w->ch) ibv_destroy_comp_channel(w->ch);
+	free(w);
+	errno = e ? e : EIO;
+	return NULL;
+}
+
+// rg_destroy_cq acknowledges the events taken (ibv_destroy_cq waits for
+// that), destroys the CQ, then the channel and the eventfd.
+static int rg_destroy_cq(rg_waiter *w) {
+	if (w->unacked) {
+		ibv_ack_cq_events(w->cq, w->unacked);
+		w->unacked = 0;
+	}
+	int rc = ibv_destroy_cq(w->cq);
+	if (rc) return rc;
+	ibv_destroy_comp_channel(w->ch);
+	close(w->wake);
+	free(w);
+	return 0;
+}
+
+// rg_wake ends a blocked rg_cq_block (and every later one until rg_unwake).
+static void rg_wake(rg_waiter *w) {
+	uint64_t one = 1;
+	if (write(w->wake, &one, sizeof one) < 0) { } // full counter: already woken
+}
+
+static void rg_unwake(rg_waiter *w) {
+	uint64_t v;
+	if (read(w->wake, &v, sizeof v) < 0) { } // EAGAIN: was not woken
+}
+
+// rg_take_event takes one event from the channel without blocking and
+// acknowledges events in batches. 1: took one (the CQ is no longer armed),
+// 0: none pending, -errno on failure.
+static int rg_take_event(rg_waiter *w) {
+	struct ibv_cq *ev;
+	void *ev_ctx;
+	if (ibv_get_cq_event(w->ch, &ev, &ev_ctx) != 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+		return errno ? -errno : -EIO;
+	}
+	w->armed = 0;
+	if (++w->unacked >= RG_ACK_BATCH) {
+		ibv_ack_cq_events(w->cq, w->unacked);
+		w->unacked = 0;
+	}
+	return 1;
+}
+
+// rg_cq_block is the sleeping half of CQ.Wait, in one cgo call. If the CQ
+// is still armed from an earlier call, take the event its later completions
+// may have raised (they were polled since), so that poll() sleeps for new
+// ones only. Arm the CQ for the next completion unless it is armed, poll
+// once more (a completion that came before the arming raised no event),
+// sleep in poll() on the channel's fd for at most timeout_ms, take the
+// event, and poll the CQ. Returns the number of completions (0 after a
+// timeout, a signal or a spurious wake-up: the caller loops), RG_WOKEN if
+// the wake eventfd fired, or -errno. w->slept says whether an event ended
+// a sleep in poll() (for the caller's estimate of what a sleep costs).
+static int rg_cq_block(rg_waiter *w, int n, struct ibv_wc *raw, rg_wc *out, int timeout_ms) {
+	int k;
+	w->slept = 0;
+	if (w->armed && (k = rg_take_event(w)) < 0) return k;
+	if (!w->armed) {
+		int rc = ibv_req_notify_cq(w->cq, 0);
+		if (rc) return -(rc > 0 ? rc : EIO);
+		w->armed = 1;
+		if ((k = rg_poll(w->cq, n, raw, out)) != 0) return k < 0 ? -EIO : k;
+	}
+	struct pollfd p[2] = {{.fd = w->ch->fd, .events = POLLIN}, {.fd = w->wake, .events = POLLIN}};
+	int r = poll(p, 2, timeout_ms);
+	if (r < 0 && errno != EINTR) return -errno;
+	if (r > 0 && p[1].revents) return RG_WOKEN;
+	if (r > 0 && p[0].revents) {
+		// The channel serves this CQ alone and only the waiter takes its
+		// events; the fd is non-blocking all the same.
+		if ((k = rg_take_event(w)) < 0) return k;
+		w->slept = k;
+		// An error on the channel (the device went away) with no event to
+		// take would make poll() return at once for ever.
+		if (!k && (p[0].revents & (POLLERR | POLLHUP | POLLNVAL))) return -EIO;
+	}
+	k = rg_poll(w->cq, n, raw, out);
+	return k < 0 ? -EIO : k;
 }
 
 static const char *rg_dev_name(struct ibv_device **l, int i) { return ibv_get_device_name(l[i]); }
@@ -256,8 +384,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -276,7 +407,37 @@ const (
 	ackTimeout  = 14 // 4.096 µs * 2^14 ≈ 67 ms per transport retry
 	retryCount  = 7
 	rnrRetry    = 7 // 7 = retry forever
+
+	// maxBlock bounds one sleep on the completion channel, so that no OS
+	// thread sits in a cgo call for a whole long deadline; Wait sleeps again.
+	maxBlock = time.Second
 )
+
+// CQ.Wait's busy phase, in polls of the CQ with runtime.Gosched between
+// them: at least minSpin, at most maxSpin. One poll is about 200 ns on a
+// current server (minSpin: 5-8 µs, the order of an interrupt and a
+// wake-up; maxSpin: about 50 µs) and about 4 µs under QEMU TCG, where a
+// wake-up by a completion event costs 0.1-1 ms. Counting polls rather
+// than time scales the bounds with the machine.
+const (
+	minSpin = 32
+	maxSpin = 256
+)
+
+// EnvSpin names the variable that fixes the length of CQ.Wait's busy phase
+// in polls: 0 sleeps on the completion channel at once, a large count
+// busy-polls. Unset, each CQ adapts it between minSpin and maxSpin (see
+// cq.spinBudget).
+const EnvSpin = "RMAGO_IBV_SPIN"
+
+// fixedSpin is the busy phase's length set by EnvSpin, or -1 (adaptive);
+// tests change it.
+var fixedSpin = func() int {
+	if n, err := strconv.Atoi(os.Getenv(EnvSpin)); err == nil && n >= 0 {
+		return n
+	}
+	return -1
+}()
 
 func init() { verbs.Register("ibv", provider{}) }
 
@@ -580,20 +741,18 @@ func (c *devContext) CreateCQ(depth int) (verbs.CQ, error) {
 	if err := c.live(); err != nil {
 		return nil, err
 	}
-	q, err := C.ibv_create_cq(c.ctx, C.int(depth), nil, nil, 0)
-	if q == nil {
-		return nil, errnoErr("ibv_create_cq", err)
+	w, err := C.rg_create_cq(c.ctx, C.int(depth))
+	if w == nil {
+		return nil, errnoErr("ibv_create_cq with a completion channel", err)
 	}
+	// Poll and the blocked waiter each have their own buffers.
 	n := min(depth, pollBatch)
-	raw := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.struct_ibv_wc{})))
-	out := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.rg_wc{})))
-	if raw == nil || out == nil {
-		C.free(raw)
-		C.free(out)
-		C.ibv_destroy_cq(q)
-		return nil, fmt.Errorf("ibv: out of C memory")
-	}
-	return &cq{c: c, cq: q, raw: (*C.struct_ibv_wc)(raw), out: unsafe.Slice((*C.rg_wc)(out), n)}, nil
+	q := &cq{c: c, cq: w.cq, w: w}
+	q.raw = (*C.struct_ibv_wc)(cAlloc(n, unsafe.Sizeof(C.struct_ibv_wc{})))
+	q.out = unsafe.Slice((*C.rg_wc)(cAlloc(n, unsafe.Sizeof(C.rg_wc{}))), n)
+	q.wraw = (*C.struct_ibv_wc)(cAlloc(n, unsafe.Sizeof(C.struct_ibv_wc{})))
+	q.wout = unsafe.Slice((*C.rg_wc)(cAlloc(n, unsafe.Sizeof(C.rg_wc{}))), n)
+	return q, nil
 }
 
 // Close closes the device. Its PDs, CQs, QPs and MRs must be closed first.
@@ -712,13 +871,31 @@ func (m *mr) Dereg() error {
 	return nil
 }
 
-// cq is a completion queue with a C-side poll buffer.
+// cq is a completion queue created on its own completion channel, with
+// C-side poll buffers.
+//
+// Wait polls for a while (spinBudget: a few microseconds on hardware), then
+// sleeps on the channel: the waiter holding waitMu arms the CQ, polls once
+// more, and blocks in poll() on the channel's fd (rg_cq_block). Poll never blocks and may run
+// beside a blocked waiter: each has its own buffers, and ibv_poll_cq is
+// thread-safe.
 type cq struct {
 	c   *devContext
-	mu  sync.Mutex
-	cq  *C.struct_ibv_cq
+	mu  sync.Mutex       // guards cq, raw, out, qps
+	cq  *C.struct_ibv_cq // nil once closed
 	raw *C.struct_ibv_wc // pollBatch ibv_wc, C memory
 	out []C.rg_wc        // flattened completions, C memory
+	qps int              // queue pairs created on the CQ and not closed (counted once per role)
+
+	waitMu  sync.Mutex   // one blocked waiter at a time; guards w's event state, wraw, wout
+	w       *C.rg_waiter // the CQ, its channel and wake eventfd, C memory
+	wraw    *C.struct_ibv_wc
+	wout    []C.rg_wc
+	closing atomic.Bool // Close has begun: waiters give up
+
+	// The busy phase's tuning (spinBudget).
+	sleepNs atomic.Int64 // what a sleep ended by a completion event takes: a low quantile of recent ones
+	stepNs  atomic.Int64 // what one busy-phase step takes, averaged
 }
 
 // statusOf maps ibv_wc_status to verbs.Status.
@@ -775,8 +952,20 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	}
 	n := min(len(wc), len(q.out))
 	k := int(C.rg_poll(q.cq, C.int(n), q.raw, &q.out[0]))
-	for i := 0; i < k; i++ {
-		s := &q.out[i]
+	if k > 0 {
+		convertWCs(q.out[:k], wc)
+	}
+	q.mu.Unlock()
+	if k < 0 {
+		return 0, fmt.Errorf("ibv: ibv_poll_cq returned %d", k)
+	}
+	return k, nil
+}
+
+// convertWCs turns flattened completions into verbs.WCs.
+func convertWCs(out []C.rg_wc, wc []verbs.WC) {
+	for i := range out {
+		s := &out[i]
 		st := uint32(s.status)
 		w := &wc[i]
 		w.ID = uint64(s.wr_id)
@@ -790,56 +979,165 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 		w.HasImm = s.has_imm != 0
 		w.QPN = uint32(s.qp_num)
 	}
-	q.mu.Unlock()
-	if k < 0 {
-		return 0, fmt.Errorf("ibv: ibv_poll_cq returned %d", k)
-	}
-	return k, nil
 }
 
-// Wait polls until a completion arrives or the deadline passes: a short
-// busy spin, then yielding to the scheduler, then sleeps growing to 1 ms.
+// Wait returns completions as soon as there are some, or ErrTimeout at the
+// deadline. It polls, then polls spinBudget more times with
+// runtime.Gosched between polls (a completion that is microseconds away
+// costs no system call), then sleeps on the CQ's completion channel until
+// the device signals a new completion, the deadline passes or Close wakes
+// it. It allocates nothing and starts no goroutine: the calling goroutine
+// sleeps in a cgo call (its OS thread blocked in poll(), at most maxBlock at
+// a time) and polls the CQ itself when woken.
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
-	const spins, yields = 256, 256
-	var sleep time.Duration
-	for i := 0; ; i++ {
-		n, err := q.Poll(wc)
-		if n > 0 || err != nil || len(wc) == 0 {
+	n, err := q.Poll(wc)
+	if n > 0 || err != nil || len(wc) == 0 {
+		return n, err
+	}
+	polls := q.spinBudget()
+	var start time.Time
+	if fixedSpin < 0 {
+		start = time.Now()
+	}
+	for range polls {
+		runtime.Gosched()
+		if n, err = q.Poll(wc); n > 0 || err != nil {
 			return n, err
 		}
-		if i < spins {
-			continue
+	}
+	if fixedSpin < 0 {
+		q.stepNs.Store(nextStep(q.stepNs.Load(), int64(time.Since(start))/int64(polls)))
+	}
+	return q.block(wc, deadline)
+}
+
+// spinBudget is the number of polls in Wait's busy phase. Spinning as long
+// as a sleep and its wake-up cost is the classic rule (it is never worse
+// than twice the best choice made knowing when the completion comes): the
+// budget is the estimated cost of a sleep (sleepNs) over the cost of a
+// poll (stepNs), between minSpin and maxSpin. On hardware, sleeps are
+// cheap and the budget stays near minSpin; under an emulator, where an
+// event takes hundreds of microseconds, it grows towards maxSpin. Waits
+// that the busy phase satisfies leave the estimates as they are.
+func (q *cq) spinBudget() int {
+	if fixedSpin >= 0 {
+		return fixedSpin
+	}
+	sl, st := q.sleepNs.Load(), q.stepNs.Load()
+	if sl <= 0 || st <= 0 {
+		return minSpin
+	}
+	return int(min(max(sl/st, minSpin), maxSpin))
+}
+
+// nextSleep updates the estimate of what a sleep costs with one sleep's
+// duration. It tracks the lower quartile of the durations: a sleep lasts
+// the wake-up's cost plus however long the completion took to come, so the
+// shorter sleeps tell the cost, and a quantile is not thrown by one event
+// that was already pending. Steps are 1/16 of the estimate down and a
+// third of that up, so a quarter of the samples end up below it.
+func nextSleep(est, sample int64) int64 {
+	if est <= 0 {
+		return max(sample, 1)
+	}
+	step := max(est/16, 3)
+	if sample < est {
+		return max(est-step, 1)
+	}
+	return min(est+step/3, max(sample, est))
+}
+
+// nextStep folds one measurement of a busy-phase step into the average.
+func nextStep(avg, sample int64) int64 {
+	if avg <= 0 {
+		return max(sample, 1)
+	}
+	return max(avg+(sample-avg)/8, 1)
+}
+
+// block is Wait's sleeping phase.
+func (q *cq) block(wc []verbs.WC, deadline time.Time) (int, error) {
+	q.waitMu.Lock()
+	defer q.waitMu.Unlock()
+	for {
+		if q.closing.Load() {
+			return 0, verbs.ErrClosed
 		}
-		now := time.Now()
-		if !deadline.IsZero() && !now.Before(deadline) {
-			return 0, verbs.ErrTimeout
-		}
-		if i < spins+yields {
-			runtime.Gosched()
-			continue
-		}
-		sleep = min(max(2*sleep, 5*time.Microsecond), time.Millisecond)
+		timeout := maxBlock
 		if !deadline.IsZero() {
-			sleep = min(sleep, deadline.Sub(now))
+			left := time.Until(deadline)
+			if left <= 0 {
+				// Polled after the last sleep: nothing came in time.
+				return 0, verbs.ErrTimeout
+			}
+			timeout = min(timeout, left)
 		}
-		time.Sleep(sleep)
+		ms := int((timeout + time.Millisecond - 1) / time.Millisecond) // poll() rounds up too
+		n := min(len(wc), len(q.wout))
+		t := time.Now()
+		k := int(C.rg_cq_block(q.w, C.int(n), q.wraw, &q.wout[0], C.int(ms)))
+		switch {
+		case k > 0:
+			if q.w.slept != 0 && fixedSpin < 0 {
+				q.sleepNs.Store(nextSleep(q.sleepNs.Load(), int64(time.Since(t))))
+			}
+			convertWCs(q.wout[:k], wc)
+			return k, nil
+		case k == C.RG_WOKEN:
+			// Close woke us; the closing check above ends the wait.
+		case k < 0:
+			return 0, errnoErr("waiting for a completion event", syscall.Errno(-k))
+		}
 	}
 }
 
-// Close destroys the queue; its QPs must be closed first.
-func (q *cq) Close() error {
+// attach counts a queue pair created on the CQ: Close refuses while any remain.
+func (q *cq) attach() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.cq == nil {
+	if q.cq == nil || q.closing.Load() {
 		return verbs.ErrClosed
 	}
-	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
-		return rcErr("ibv_destroy_cq (QPs still attached?)", rc)
+	q.qps++
+	return nil
+}
+
+func (q *cq) detach() {
+	q.mu.Lock()
+	q.qps--
+	q.mu.Unlock()
+}
+
+// Close destroys the queue and its completion channel; its QPs must be
+// closed first. A goroutine blocked in Wait is woken and gets ErrClosed.
+func (q *cq) Close() error {
+	q.mu.Lock()
+	if q.cq == nil || q.closing.Load() {
+		q.mu.Unlock()
+		return verbs.ErrClosed
 	}
-	q.cq = nil
+	if q.qps > 0 {
+		q.mu.Unlock()
+		return fmt.Errorf("ibv: ibv_destroy_cq: queue pairs still attached: %w", syscall.EBUSY)
+	}
+	q.closing.Store(true)
+	C.rg_wake(q.w)
+	q.mu.Unlock()
+	q.waitMu.Lock() // the woken waiter has left
+	defer q.waitMu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if rc := C.rg_destroy_cq(q.w); rc != 0 {
+		C.rg_unwake(q.w)
+		q.closing.Store(false)
+		return rcErr("ibv_destroy_cq", rc)
+	}
+	q.cq, q.w = nil, nil
 	C.free(unsafe.Pointer(q.raw))
 	C.free(unsafe.Pointer(&q.out[0]))
-	q.raw, q.out = nil, nil
+	C.free(unsafe.Pointer(q.wraw))
+	C.free(unsafe.Pointer(&q.wout[0]))
+	q.raw, q.out, q.wraw, q.wout = nil, nil, nil, nil
 	return nil
 }
 
@@ -854,6 +1152,7 @@ const (
 type qp struct {
 	c         *devContext
 	qp        *C.struct_ibv_qp
+	scq, rcq  *cq // attached until Close
 	num       uint32
 	psn       uint32
 	maxSGE    int
@@ -909,6 +1208,20 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 	if p.pd == nil {
 		return nil, verbs.ErrClosed
 	}
+	if err := scq.attach(); err != nil {
+		return nil, err
+	}
+	if err := rcq.attach(); err != nil {
+		scq.detach()
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			scq.detach()
+			rcq.detach()
+		}
+	}()
 	var cp C.struct_ibv_qp_cap
 	var h *C.struct_ibv_qp
 	var err error
@@ -930,9 +1243,12 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 		C.ibv_destroy_qp(h)
 		return nil, rcErr("modify QP to INIT", rc)
 	}
+	ok = true
 	q := &qp{
 		c:         c,
 		qp:        h,
+		scq:       scq,
+		rcq:       rcq,
 		num:       uint32(h.qp_num),
 		psn:       rand.Uint32() & 0xffffff,
 		maxSGE:    min(int(cp.max_send_sge), int(cp.max_recv_sge)),
@@ -1207,6 +1523,8 @@ func (q *qp) Close() error {
 		return rcErr("ibv_destroy_qp", rc)
 	}
 	q.state = qpClosed
+	q.scq.detach()
+	q.rcq.detach()
 	C.free(unsafe.Pointer(&q.sd[0]))
 	C.free(unsafe.Pointer(&q.ssg[0]))
 	C.free(unsafe.Pointer(q.swr))
