@@ -34,3 +34,8 @@ func runJob(t testing.TB, n int, opts jobOpts, fn func(r *rank) error) {
 			return nil
 		}}, fn)
 }
+
+// hangGuard is how far past the fabric's timeout a failure with a dead
+// peer may come before a test calls it a hang. It is deliberately loose:
+// the tests assert that the error arrives (no hang), not how fast.
+const hangGuard = 30 * time.Second
