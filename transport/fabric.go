@@ -76,6 +76,7 @@ type peer struct {
 	done         atomic.Uint64
 	err          atomic.Pointer[error]
 	flushWR      verbs.SendWR
+	noteWR       verbs.SendWR // Notify's request, under postMu
 	wr           verbs.SendWR // reused by the one-sided operations
 	sge          [1]verbs.SGE
 	recvWR       verbs.RecvWR
@@ -109,6 +110,8 @@ type Fabric struct {
 	barSeq    uint32
 	closed    atomic.Bool
 	othersFn  func(yield func(int) bool) // f.others, bound once
+	checkFn   func(r int) bool           // f.checkRank, bound once
+	scanErr   error                      // checkRank's finding; under mu
 }
 
 // RemoteRegion is a peer's registered memory as seen by this rank.
@@ -134,6 +137,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]int{}, byQPN: map[uint32]*peer{}}
 	f.cond.L = &f.mu
 	f.othersFn = f.others
+	f.checkFn = f.checkRank
 	if err := f.setTimeout(opt.Timeout); err != nil {
 		return nil, err
 	}
@@ -361,7 +365,7 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 		// request. Signalling every signalGap requests guarantees there is
 		// one well inside the queue.
 		target := p.lastSignaled
-		if err := f.waitFor(func() bool { return p.done.Load() >= target }, p.rank); err != nil {
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, p.rank, nil); err != nil {
 			return 0, err
 		}
 	}
@@ -377,7 +381,7 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 			// The queue pair failed under us; if its error completions are
 			// on their way they say why: report that cause. A peer that
 			// closed in order sends none, so wait only briefly.
-			if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, p.rank, time.Now().Add(time.Second)); werr != nil && !errors.Is(werr, ErrTimeout) {
+			if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, p.rank, time.Now().Add(time.Second), nil); werr != nil && !errors.Is(werr, ErrTimeout) {
 				return 0, werr
 			}
 			return 0, fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, err)
@@ -405,7 +409,7 @@ func (f *Fabric) Wait(r int, seq uint64) error {
 		}
 	}
 	p.postMu.Unlock()
-	return f.waitFor(func() bool { return p.done.Load() >= seq }, r)
+	return f.waitFor(func() bool { return p.done.Load() >= seq }, r, nil)
 }
 
 // Test reports whether request seq to rank r has completed, making
@@ -461,7 +465,7 @@ func (f *Fabric) Flush(r int) error {
 		target = seq
 	}
 	p.postMu.Unlock()
-	return f.waitFor(func() bool { return p.done.Load() >= target }, r)
+	return f.waitFor(func() bool { return p.done.Load() >= target }, r, nil)
 }
 
 // FlushAll flushes every peer, the rank itself included.
@@ -478,8 +482,11 @@ func (f *Fabric) FlushAll() error {
 // Notify sends rank r a notification carrying tag, ordered after every
 // request posted to r before it: when r sees the tag, it sees their effects.
 func (f *Fabric) Notify(r int, tag uint32) error {
-	wr := verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag}
-	_, err := f.Post(r, &wr)
+	p := f.peers[r]
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	p.noteWR = verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag}
+	_, err := f.postLocked(p, &p.noteWR)
 	return err
 }
 
@@ -532,18 +539,30 @@ func (f *Fabric) TestNotify(tag uint32, count int) (bool, error) {
 }
 
 // waitFor makes progress until cond holds (checked under f.mu). It fails
-// if rank r's connection fails (r < 0: none in particular; the optional
-// from lists ranks whose failure also ends the wait), or on timeout.
-func (f *Fabric) waitFor(cond func() bool, r int, from ...func(yield func(int) bool)) error {
+// if rank r's connection fails (r < 0: none in particular; from, if not
+// nil, lists ranks whose failure also ends the wait), or on timeout.
+// It allocates nothing unless it fails.
+func (f *Fabric) waitFor(cond func() bool, r int, from func(yield func(int) bool)) error {
 	var deadline time.Time
 	if f.timeout > 0 {
 		deadline = time.Now().Add(f.timeout)
 	}
-	return f.waitUntil(cond, r, deadline, from...)
+	return f.waitUntil(cond, r, deadline, from)
+}
+
+// checkRank is the yield function waitUntil hands to its from iterator:
+// it stops at the first failed rank, leaving its error in f.scanErr.
+// f.mu held.
+func (f *Fabric) checkRank(r int) bool {
+	if err := f.Err(r); err != nil {
+		f.scanErr = err
+		return false
+	}
+	return true
 }
 
 // waitUntil is waitFor with an explicit deadline (zero: none).
-func (f *Fabric) waitUntil(cond func() bool, r int, deadline time.Time, from ...func(yield func(int) bool)) error {
+func (f *Fabric) waitUntil(cond func() bool, r int, deadline time.Time, from func(yield func(int) bool)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for {
@@ -558,11 +577,14 @@ func (f *Fabric) waitUntil(cond func() bool, r int, deadline time.Time, from ...
 				return err
 			}
 		}
-		for _, seq := range from {
-			for pr := range seq {
-				if err := f.Err(pr); err != nil {
-					return err
-				}
+		if from != nil {
+			// Called directly rather than ranged over: a range-over-func
+			// loop here would allocate its state on every wait.
+			f.scanErr = nil
+			from(f.checkFn)
+			if err := f.scanErr; err != nil {
+				f.scanErr = nil
+				return err
 			}
 		}
 		if f.polling {

@@ -171,3 +171,59 @@ func getU32(b []byte) (v uint32) {
 	}
 	return
 }
+
+// TestNoAllocs: the data path of the fabric allocates nothing in steady
+// state: a write, a read and an atomic with their waits, a flush, a
+// notification and its wait, a barrier.
+func TestNoAllocs(t *testing.T) {
+	openJob(t, 2, func(f *Fabric) error {
+		mem, err := AllocMemory(4096)
+		if err != nil {
+			return err
+		}
+		defer mem.Free()
+		mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
+		if err != nil {
+			return err
+		}
+		defer mr.Dereg()
+		desc := make([]byte, 12)
+		putU64(desc, mr.Addr())
+		putU32(desc[8:], mr.RKey())
+		all := make([][]byte, f.Size())
+		for i := range all {
+			all[i] = make([]byte, 12)
+		}
+		if err := f.Allgather(desc, all); err != nil {
+			return err
+		}
+		peer := 1 - f.Rank()
+		remote := Remote{Addr: getU64(all[peer]), RKey: getU32(all[peer][8:])}
+		local := Local{Addr: mr.Addr() + 1024, LKey: mr.LKey()}
+		tag := MakeTag(TagWorld, 7, 1)
+		var errs error
+		cycle := func() {
+			// Each rank touches its own half of the peer's first 1 KiB.
+			rem := Remote{Addr: remote.Addr + uint64(f.Rank())*512, RKey: remote.RKey}
+			seq, err := f.Write(peer, local, rem, 64)
+			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			seq, err = f.Read(peer, local, rem, 64)
+			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			seq, err = f.FetchAdd(peer, local, Remote{Addr: rem.Addr + 256, RKey: rem.RKey}, 1)
+			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			_, err = f.Write(peer, local, rem, 8)
+			errs = errors.Join(errs, err, f.Flush(peer), f.FlushAll())
+			errs = errors.Join(errs, f.Notify(peer, tag), f.WaitNotify(tag, 1, f.othersFn))
+			errs = errors.Join(errs, f.Barrier())
+		}
+		cycle() // warm up
+		allocs := testing.AllocsPerRun(100, cycle)
+		if errs != nil {
+			return errs
+		}
+		if allocs != 0 {
+			return fmt.Errorf("%v allocations per cycle, want 0", allocs)
+		}
+		return nil
+	})
+}
