@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/rmago/rmago/rma"
@@ -95,26 +94,12 @@ func verify(buf []float64, round int, full bool, where string) error {
 	return err
 }
 
-// pollFlag waits until element i of win's own memory equals want, reading
-// it atomically (LoadLocal), then orders the peer's earlier writes before
-// this rank's plain reads (Sync): the documented way to poll a flag. It
-// spins briefly, then sleeps a microsecond per try: a goroutine that only
-// yields (runtime.Gosched) keeps its P busy, so the scheduler stops
-// polling the network, and the socket reads that deliver the flag wait for
-// sysmon, which made each leg take tens of milliseconds.
+// pollFlag waits until element i of win's own memory equals want, with
+// WaitLocal: the documented way to poll a flag (atomic reads, the fabric
+// driven between them, the peer's earlier writes ordered before this
+// rank's plain reads once it returns).
 func pollFlag(win *rma.Window[float64], i int, want float64) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for spins := 1; win.LoadLocal(i) != want; spins++ {
-		if spins < 64 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(time.Microsecond)
-		}
-		if spins%4096 == 0 && time.Now().After(deadline) {
-			return fmt.Errorf("flag %d never became %v (it is %v)", i, want, win.LoadLocal(i))
-		}
-	}
-	return win.Sync()
+	return win.WaitLocal(i, func(v float64) bool { return v == want })
 }
 
 // windows frees a benchmark's windows when it ends: Free is collective, so

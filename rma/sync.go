@@ -3,7 +3,6 @@ package rma
 import (
 	"fmt"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
@@ -195,13 +194,14 @@ func (win *Window[T]) LoadLocal(i int) T {
 
 // WaitLocal waits until cond holds for element i of this rank's own window
 // (read with LoadLocal), for a flag or counter that peers change through
-// the fabric. It checks a few times in a row, then sleeps between checks
-// (1 µs, doubling up to 100 µs), and fails with an error wrapping
-// transport.ErrTimeout after the fabric's timeout (RMAGO_TIMEOUT). Prefer it
-// to a loop of your own: a goroutine that only spins or yields keeps its
-// thread from Go's network poller, and with the soft provider, whose
-// responder is a goroutine of this process fed by that poller, the very
-// update it waits for is then held back.
+// the fabric. Between checks it drives the fabric itself (with the soft
+// provider it runs the peers' requests as they arrive, so the update lands
+// without waking another goroutine); once nothing has arrived for
+// transport.LocalSpin it sleeps between checks (1 µs doubling to 1 ms). It
+// fails with an error wrapping transport.ErrTimeout after the fabric's
+// timeout (RMAGO_TIMEOUT). Prefer it to a loop of your own, which would
+// leave the soft provider's progress to a goroutine woken for every
+// message.
 func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
 	if win.freed {
 		return ErrFreed
@@ -209,24 +209,15 @@ func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
 	if i < 0 || i >= len(win.local) {
 		return fmt.Errorf("%w: element %d of a window of %d", ErrRange, i, len(win.local))
 	}
-	var deadline time.Time
-	if d := win.w.f.Timeout(); d > 0 {
-		deadline = time.Now().Add(d)
-	}
-	pause := time.Microsecond
-	for spins := 0; ; spins++ {
+	lw := win.w.f.NewLocalWait()
+	for {
 		if cond(win.LoadLocal(i)) {
 			win.w.f.SyncMemory()
 			return nil
 		}
-		if spins < 8 {
-			continue
-		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
+		if !lw.Pause() {
 			return fmt.Errorf("%w: waiting on element %d of window %d", transport.ErrTimeout, i, win.id)
 		}
-		time.Sleep(pause)
-		pause = min(2*pause, 100*time.Microsecond)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,6 +112,7 @@ type Fabric struct {
 	closed    atomic.Bool
 	othersFn  func(yield func(int) bool) // f.others, bound once
 	checkFn   func(r int) bool           // f.checkRank, bound once
+	prog      verbs.Progresser           // the context, if software drives it
 	scanErr   error                      // checkRank's finding; under mu
 }
 
@@ -145,6 +147,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.prog, _ = f.ctx.(verbs.Progresser)
 	ok := false
 	defer func() {
 		if !ok {
@@ -443,6 +446,80 @@ func (f *Fabric) Test(r int, seq uint64) (bool, error) {
 		return true, err
 	}
 	return p.done.Load() >= seq, nil
+}
+
+// Progress drives the fabric once without blocking: it runs what the
+// provider has received (soft provider) and records new completions and
+// notifications. It reports whether anything happened. Callers polling
+// their own memory use it through LocalWait.
+func (f *Fabric) Progress() bool {
+	ran := false
+	if f.prog != nil {
+		ran = f.prog.Progress()
+	}
+	f.mu.Lock()
+	if !f.polling {
+		n, err := f.cq.Poll(f.wcs)
+		if err == nil && n > 0 {
+			f.dispatch(f.wcs[:n])
+			f.cond.Broadcast()
+			ran = true
+		}
+	}
+	f.mu.Unlock()
+	return ran
+}
+
+// LocalWait paces a goroutine that polls words of its own memory for a
+// change a peer's one-sided write or atomic will make. While things keep
+// happening it drives the fabric (Progress) and yields; once nothing has
+// happened for LocalSpin it sleeps between polls, 1 µs doubling to 1 ms.
+// It allocates nothing.
+type LocalWait struct {
+	f        *Fabric
+	deadline time.Time // zero: none
+	spinEnd  time.Time
+	pause    time.Duration
+}
+
+// LocalSpin is how long LocalWait keeps polling without sleeping after the
+// last progress it saw.
+const LocalSpin = 100 * time.Microsecond
+
+// NewLocalWait starts a wait bounded by the fabric's timeout.
+func (f *Fabric) NewLocalWait() LocalWait {
+	now := time.Now()
+	w := LocalWait{f: f, spinEnd: now.Add(LocalSpin), pause: time.Microsecond}
+	if f.timeout > 0 {
+		w.deadline = now.Add(f.timeout)
+	}
+	return w
+}
+
+// Pause is called after a poll found nothing: it drives the fabric, and
+// yields or sleeps. It returns false, at once, when the deadline has
+// passed.
+func (w *LocalWait) Pause() bool {
+	now := time.Now()
+	if !w.deadline.IsZero() && now.After(w.deadline) {
+		return false
+	}
+	if w.f.Progress() {
+		w.spinEnd = now.Add(LocalSpin)
+		w.pause = time.Microsecond
+		return true
+	}
+	if now.Before(w.spinEnd) {
+		runtime.Gosched()
+		return true
+	}
+	d := w.pause
+	if !w.deadline.IsZero() {
+		d = min(d, w.deadline.Sub(now))
+	}
+	time.Sleep(d)
+	w.pause = min(2*w.pause, time.Millisecond)
+	return true
 }
 
 // Flush waits until every request posted to rank r so far has completed

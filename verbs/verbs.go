@@ -217,6 +217,16 @@ type MemorySyncer interface {
 	SyncMemory()
 }
 
+// Progresser is implemented by contexts whose receive engine is software
+// the caller can drive (the soft provider): Progress runs the requests and
+// responses that have arrived and reports whether there were any. A
+// goroutine polling words in its own registered memory calls it between
+// polls, so that the peers' writes land without waking another goroutine.
+// Hardware progresses by itself and needs nothing of the kind.
+type Progresser interface {
+	Progress() bool
+}
+
 // PD is a protection domain: memory regions and queue pairs made in one
 // domain can be used together, as struct ibv_pd.
 type PD interface {

@@ -27,7 +27,7 @@
 //     completions.
 //   - Start(group) on O: for each T in group, wait until O's own word
 //     PostBase+T exceeds the number of Starts O already made toward T, then
-//     count this one. Only local memory is polled, with backoff.
+//     count this one. Only local memory is polled (transport.LocalWait).
 //   - Complete on O: for each T of the access epoch, fetch-add
 //     T.Complete += 1, posted behind O's puts to T on the same reliable
 //     queue pair, so executed after them; all are posted before any is
@@ -121,11 +121,6 @@ var (
 	// ErrClosed: the PSCW was closed.
 	ErrClosed = errors.New("pscw: closed")
 )
-
-// progressTag is a notification tag used only to make progress on the
-// fabric's completion queue: TestNotify with a count of zero polls the
-// queue once and consumes nothing, whatever the tag.
-const progressTag = 0
 
 // PSCW is one window's post-start-complete-wait state on this rank.
 type PSCW struct {
@@ -277,17 +272,15 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 				p.pending = append(p.pending, t)
 			}
 		}
-		var b backoff
-		b.reset(p.f.Timeout())
+		b := p.f.NewLocalWait()
 		for len(p.pending) > 0 {
 			if err := p.failed(p.pending); err != nil {
 				return fmt.Errorf("pscw: start: waiting for a post: %w", err)
 			}
-			if !b.pause() {
+			if !b.Pause() {
 				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post, rank %d among them)",
 					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), p.pending[0])
 			}
-			p.progress()
 			keep := p.pending[:0]
 			for _, t := range p.pending {
 				if !p.postedBy(t) {
@@ -356,17 +349,15 @@ func (p *PSCW) Wait() error {
 	if !p.posted {
 		return ErrNotPosted
 	}
-	var b backoff
-	b.reset(p.f.Timeout())
+	b := p.f.NewLocalWait()
 	for !p.done() {
 		if err := p.failed(p.exposure); err != nil {
 			return fmt.Errorf("pscw: wait: %w", err)
 		}
-		if !b.pause() {
+		if !b.Pause() {
 			return fmt.Errorf("pscw: wait: %w after %v (%d of %d completions arrived)",
 				transport.ErrTimeout, p.f.Timeout(), p.arrived(), len(p.exposure))
 		}
-		p.progress()
 	}
 	p.posted = false
 	return nil
@@ -419,7 +410,7 @@ func (p *PSCW) failed(ranks []int) error {
 // progress polls the fabric's completion queue once, without blocking, so
 // that a broken connection is noticed (recorded as that peer's error) even
 // though this rank only polls its own memory.
-func (p *PSCW) progress() { p.f.TestNotify(progressTag, 0) }
+func (p *PSCW) progress() { p.f.Progress() }
 
 // checkGroup validates a group: ranks in [0, size), none twice. mark and
 // stamp make the duplicate check allocation-free.

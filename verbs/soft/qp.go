@@ -1,7 +1,6 @@
 package soft
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rmago/rmago/internal/auth"
@@ -56,6 +56,7 @@ type response struct {
 	f    frame
 	data []byte  // read response payload, straight from registered memory
 	reg  *region // released (inUse.RUnlock) once data is on the wire
+	off  int     // bytes of header and data already written
 }
 
 type qp struct {
@@ -97,6 +98,28 @@ type qp struct {
 	lastExec   atomic.Uint64 // the peer's last request this side executed
 	graceful   bool          // the peer closed in order: receives stay posted
 	finished   sync.WaitGroup
+
+	// The receive engine (rx.go): whoever holds rxMu reads the stream.
+	rxMu   sync.Mutex
+	rx     *rxStream // set at Connect
+	rxHdr  [hdrLen]byte
+	rxDone bool // the stream is finished; under rxMu
+
+	// fdMu guards the socket's descriptor against being closed during a
+	// raw read; fdClosed is set (under fdMu) before the connection closes.
+	fdMu     sync.RWMutex
+	fdClosed bool
+
+	// wrMu serializes whole writes to the connection: requests (posters),
+	// queued responses (writer goroutine), immediate responses (TryLock).
+	wrMu       sync.Mutex
+	respMu     sync.Mutex // guards respQueued
+	respQueued int        // responses handed to the writer goroutine, not yet written
+	respHdr    [hdrLen]byte
+	iov        [2]syscall.Iovec
+	iovN       int
+	wrN        int
+	writeFn    func(uintptr) bool // writevOnce, bound once
 }
 
 type acceptedConn struct {
@@ -183,13 +206,22 @@ func (q *qp) Connect(remote verbs.Endpoint) error {
 		conn.Close()
 		return fmt.Errorf("%w: closed while connecting", verbs.ErrQPState)
 	}
+	rx, err := newRxStream(q, conn)
+	if err != nil {
+		q.mu.Unlock()
+		conn.Close()
+		return fmt.Errorf("soft: %w", err)
+	}
 	q.conn = conn
+	q.rx = rx
+	q.writeFn = q.writevOnce
 	q.respCh = make(chan response, peerDepth+q.maxRecv+16)
 	q.state = stRTS
 	q.mu.Unlock()
 	q.finished.Add(2)
-	go q.serve(bufio.NewReaderSize(conn, 64<<10))
+	go q.serve()
 	go q.writeResponses()
+	q.ctx.prog.attach(q)
 	return nil
 }
 
@@ -405,7 +437,9 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	q.bufs[0] = q.hdr[:]
 	q.nb = q.bufs[:n]
+	q.wrMu.Lock()
 	_, err := q.nb.WriteTo(conn)
+	q.wrMu.Unlock()
 	for i := range q.bufs {
 		q.bufs[i] = nil
 	}
@@ -457,8 +491,10 @@ func (q *qp) Close() error {
 		q.sendMu.Lock()
 		f := frame{kind: kGoodbye, seq: q.lastExec.Load()}
 		f.encode(&q.hdr)
+		q.wrMu.Lock()
 		conn.SetWriteDeadline(time.Now().Add(time.Second))
 		conn.Write(q.hdr[:])
+		q.wrMu.Unlock()
 		q.sendMu.Unlock()
 		if tc, ok := conn.(*net.TCPConn); ok {
 			tc.CloseWrite()
@@ -472,6 +508,7 @@ func (q *qp) Close() error {
 	}
 	q.fail(verbs.StatusFlushed, verbs.ErrClosed)
 	q.finished.Wait()
+	q.ctx.prog.detach(q)
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q.num)
 	q.ctx.mu.Unlock()
@@ -494,6 +531,9 @@ func (q *qp) fail(status verbs.Status, cause error) {
 	q.failStatus = status
 	q.failErr = cause
 	if q.conn != nil {
+		q.fdMu.Lock()
+		q.fdClosed = true
+		q.fdMu.Unlock()
 		q.conn.Close()
 	}
 	if !running {

@@ -1,52 +1,44 @@
 package soft
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
 )
 
-// serve is the connection's reader goroutine: the NIC's receive engine. It
-// executes the peer's requests against registered memory and completes
-// this side's requests from the peer's responses.
-func (q *qp) serve(br *bufio.Reader) {
+// serve is the connection's reader goroutine: the NIC's receive engine
+// when no waiting goroutine drives it (see rx.go). It executes the peer's
+// requests against registered memory and completes this side's requests
+// from the peer's responses, sleeping in the network poller in between.
+func (q *qp) serve() {
 	defer q.finished.Done()
 	defer func() {
+		// Wait for a waiting goroutine that may be inside a frame, so
+		// that no memory is released under a payload being received.
+		q.rxMu.Lock()
+		q.rxDone = true
+		q.rxMu.Unlock()
 		q.mu.Lock()
 		q.flushLocked()
 		q.mu.Unlock()
 	}()
-	var (
-		hb [hdrLen]byte
-		f  frame
-	)
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			q.fail(verbs.StatusTransport, fmt.Errorf("connection lost: %w", err))
+		q.rxMu.Lock()
+		n, ok := q.drain()
+		q.rxMu.Unlock()
+		if !ok {
 			return
 		}
-		if err := f.decode(&hb); err != nil {
-			q.fail(verbs.StatusTransport, err)
-			return
+		if n > 0 {
+			q.ctx.prog.spinReader()
 		}
-		var err error
-		acquire()
-		if f.kind < kRespAck {
-			err = q.execute(br, &f)
-			q.lastExec.Store(f.seq)
-		} else if f.kind == kGoodbye {
-			q.goodbye(&f)
-			return
-		} else {
-			err = q.complete(br, &f)
-		}
-
-		if err != nil {
-			q.fail(verbs.StatusTransport, err)
+		if err := q.rx.waitReadable(); err != nil {
+			q.fail(verbs.StatusTransport, connLost(err))
 			return
 		}
 	}
@@ -74,7 +66,7 @@ func (q *qp) target(f *frame, need verbs.Access) (*region, []byte, verbs.Status)
 }
 
 // execute runs one request from the peer.
-func (q *qp) execute(br *bufio.Reader, f *frame) error {
+func (q *qp) execute(br frameReader, f *frame) error {
 	if q.nakSent.Load() {
 		// After a NAK the peer's queue pair is in error: nothing more it
 		// sent is executed, only drained.
@@ -157,7 +149,7 @@ func (q *qp) execute(br *bufio.Reader, f *frame) error {
 // br into its buffers) or a write with immediate (br nil), and completes it
 // on the receive CQ. It returns false if no receive was posted or the
 // payload does not fit (receiver not ready / length error).
-func (q *qp) deliver(br *bufio.Reader, f *frame, op verbs.Opcode) bool {
+func (q *qp) deliver(br frameReader, f *frame, op verbs.Opcode) bool {
 	q.mu.Lock()
 	if q.rn == 0 {
 		q.mu.Unlock()
@@ -193,7 +185,7 @@ func (q *qp) deliver(br *bufio.Reader, f *frame, op verbs.Opcode) bool {
 
 // nak refuses a request: its payload (if any) is drained unread into
 // memory, the requester is told why, and nothing more from it runs.
-func (q *qp) nak(br *bufio.Reader, f *frame, st verbs.Status) error {
+func (q *qp) nak(br frameReader, f *frame, st verbs.Status) error {
 	if br != nil && f.hasPayload() {
 		if _, err := br.Discard(int(f.len)); err != nil {
 			return err
@@ -204,17 +196,84 @@ func (q *qp) nak(br *bufio.Reader, f *frame, st verbs.Status) error {
 	return nil
 }
 
-// respond queues a response for the writer goroutine. What the responder
-// did to memory is released first, so that it happens before the
-// requester's completion.
+// respond sends a response to the peer. What the responder did to memory
+// is released first, so that it happens before the requester's
+// completion. The response is written at once if the socket takes it
+// without blocking and nothing is queued before it; otherwise (or for what
+// a partial write left) it is queued for the writer goroutine, so that the
+// receive engine never blocks on a write (two peers blocked writing to each
+// other would deadlock).
 func (q *qp) respond(r response) {
 	release()
+	if q.rx != nil {
+		q.respMu.Lock()
+		if q.respQueued == 0 && q.wrMu.TryLock() {
+			sent := q.writeNow(&r)
+			q.wrMu.Unlock()
+			if sent {
+				q.respMu.Unlock()
+				if r.reg != nil {
+					r.reg.inUse.RUnlock()
+				}
+				return
+			}
+		}
+		q.respQueued++
+		q.respMu.Unlock()
+	}
 	select {
 	case q.respCh <- r:
 	case <-q.done:
 		if r.reg != nil {
 			r.reg.inUse.RUnlock()
 		}
+	}
+}
+
+// writeNow writes what is left of r (from r.off) with one non-blocking
+// writev and advances r.off; it reports whether all of r went. wrMu held.
+func (q *qp) writeNow(r *response) bool {
+	r.f.encode(&q.respHdr)
+	n := 0
+	if r.off < hdrLen {
+		q.iov[n] = syscall.Iovec{Base: &q.respHdr[r.off]}
+		q.iov[n].SetLen(hdrLen - r.off)
+		n++
+		if len(r.data) > 0 {
+			q.iov[n] = syscall.Iovec{Base: &r.data[0]}
+			q.iov[n].SetLen(len(r.data))
+			n++
+		}
+	} else {
+		d := r.data[r.off-hdrLen:]
+		q.iov[n] = syscall.Iovec{Base: &d[0]}
+		q.iov[n].SetLen(len(d))
+		n++
+	}
+	q.iovN, q.wrN = n, 0
+	err := q.rx.rc.Write(q.writeFn)
+	for i := range q.iov {
+		q.iov[i] = syscall.Iovec{}
+	}
+	if err != nil {
+		return false // the writer goroutine meets the error and fails the queue pair
+	}
+	r.off += q.wrN
+	return r.off == hdrLen+len(r.data)
+}
+
+// writevOnce is writeNow's function for rc.Write: one writev(2) that never
+// waits (it returns true whatever happened, and records what was written).
+func (q *qp) writevOnce(fd uintptr) bool {
+	for {
+		k, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&q.iov[0])), uintptr(q.iovN))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e == 0 {
+			q.wrN = int(k)
+		}
+		return true
 	}
 }
 
@@ -256,10 +315,16 @@ func (q *qp) writeResponses() {
 		n, nbuf := 0, 0
 		for {
 			r.f.encode(&hdrs[n])
-			bufs[nbuf] = hdrs[n][:]
-			nbuf++
-			if len(r.data) > 0 {
-				bufs[nbuf] = r.data
+			// r.off: the part a non-blocking write already sent.
+			if r.off < hdrLen {
+				bufs[nbuf] = hdrs[n][r.off:]
+				nbuf++
+				if len(r.data) > 0 {
+					bufs[nbuf] = r.data
+					nbuf++
+				}
+			} else {
+				bufs[nbuf] = r.data[r.off-hdrLen:]
 				nbuf++
 			}
 			regs[n] = r.reg
@@ -275,11 +340,16 @@ func (q *qp) writeResponses() {
 			break
 		}
 		nb = bufs[:nbuf]
+		q.wrMu.Lock()
 		_, err := nb.WriteTo(q.conn)
+		q.wrMu.Unlock()
 		for i := range bufs[:nbuf] {
 			bufs[i] = nil
 		}
 		release(n)
+		q.respMu.Lock()
+		q.respQueued -= n
+		q.respMu.Unlock()
 		if err != nil {
 			q.fail(verbs.StatusTransport, fmt.Errorf("send response: %w", err))
 		}
@@ -302,7 +372,7 @@ func (q *qp) goodbye(f *frame) {
 // complete handles a response to one of this side's requests. Responses
 // arrive in request order; a response for seq completes every earlier
 // request too (they were unsignaled writes that needed no answer).
-func (q *qp) complete(br *bufio.Reader, f *frame) error {
+func (q *qp) complete(br frameReader, f *frame) error {
 	q.mu.Lock()
 	for q.pn > 0 && q.pend[q.phead].seq < f.seq {
 		q.completeHead(verbs.StatusSuccess)

@@ -63,6 +63,10 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	if addr == "" {
 		addr = "127.0.0.1"
 	}
+	spin, err := spinFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("soft: listen on %s: %w", addr, err)
@@ -73,6 +77,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 		qps:     map[uint32]*qp{},
 		waiting: map[uint32]net.Conn{},
 	}
+	c.prog.spinFor = spin
 	var b [4]byte
 	rand.Read(b[:])
 	c.nextQPN.Store(binary.LittleEndian.Uint32(b[:]) & 0x7fff00)
@@ -93,6 +98,8 @@ type context struct {
 	waiting map[uint32]net.Conn // authenticated connections for QPs not yet created or connected
 	closed  bool
 	wg      sync.WaitGroup
+
+	prog progress // the context's receive engines, driven by spinning (rx.go)
 }
 
 func (c *context) Attr() verbs.DeviceAttr { return deviceAttr() }
@@ -110,7 +117,7 @@ func (c *context) CreateCQ(depth int) (verbs.CQ, error) {
 	if depth <= 0 {
 		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalid, depth)
 	}
-	return &cq{ring: make([]verbs.WC, depth), notify: make(chan struct{}, 1)}, nil
+	return &cq{ring: make([]verbs.WC, depth), notify: make(chan struct{}, 1), prog: &c.prog}, nil
 }
 
 func (c *context) Close() error {
@@ -169,6 +176,7 @@ type cq struct {
 	closed  bool
 	notify  chan struct{} // a token when entries were added
 	timer   *time.Timer   // reused by Wait with a deadline
+	prog    *progress
 }
 
 // push adds a completion. A full CQ is an overrun, as on hardware: the
@@ -207,7 +215,13 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	return k, nil
 }
 
+// Wait first drives the receive engines of the context's queue pairs
+// itself while frames keep coming (rx.go), then sleeps until a completion
+// or the deadline.
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
+	if n, err := q.prog.spinWaiter(q, wc, deadline); n > 0 || err != nil {
+		return n, err
+	}
 	for {
 		if n, err := q.Poll(wc); n > 0 || err != nil {
 			return n, err
