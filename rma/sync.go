@@ -197,7 +197,7 @@ func (win *Window[T]) LoadLocal(i int) T {
 // the fabric. Between checks it drives the fabric itself (with the soft
 // provider it runs the peers' requests as they arrive, so the update lands
 // without waking another goroutine); once nothing has arrived for
-// transport.LocalSpin it sleeps between checks (1 µs doubling to 100 µs). It
+// transport.LocalSpin it sleeps between checks (transport.LocalWait). It
 // fails with an error wrapping transport.ErrTimeout after the fabric's
 // timeout (RMAGO_TIMEOUT). Prefer it to a loop of your own, which would
 // leave the soft provider's progress to a goroutine woken for every

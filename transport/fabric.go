@@ -471,31 +471,43 @@ func (f *Fabric) Progress() bool {
 }
 
 // LocalWait paces a goroutine that polls words of its own memory for a
-// change a peer's one-sided write or atomic will make. While things keep
-// happening it drives the fabric (Progress) and yields; once nothing has
-// happened for LocalSpin it sleeps between polls, 1 µs doubling to
-// LocalMaxSleep. It allocates nothing.
+// change a peer's one-sided write or atomic will make. It allocates
+// nothing, and follows one of two schedules:
+//
+//   - with a provider this process drives (soft), while things keep
+//     happening it drives the fabric (Progress) and yields; once nothing
+//     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
+//     100 µs (an idle rank then costs next to no CPU);
+//   - on hardware, where memory changes by itself, it yields for a few
+//     polls and then sleeps the shortest sleep Go offers between polls:
+//     longer sleeps are stretched by the timer (to about a millisecond in
+//     the Soft-RoCE VM, which made a lock ping-pong 4 times slower), and
+//     spinning would take CPU from the peers and, on Soft-RoCE, from the
+//     kernel's RDMA engine.
 type LocalWait struct {
 	f        *Fabric
 	deadline time.Time // zero: none
-	spinEnd  time.Time
+	spinEnd  time.Time // soft: polling without sleeping until then
+	polls    int       // hardware: polls so far
 	pause    time.Duration
 }
 
 // LocalSpin is how long LocalWait keeps polling without sleeping after the
-// last progress it saw.
+// last progress it saw, with a provider this process drives.
 const LocalSpin = 100 * time.Microsecond
 
-// LocalMaxSleep caps LocalWait's sleeps. On hardware, where memory changes
-// without any progress call, it bounds how late a waiter notices: Go
-// stretches short sleeps anyway, and a cap of a millisecond made a lock
-// ping-pong on Soft-RoCE 2.5 times slower.
-const LocalMaxSleep = 100 * time.Microsecond
+const (
+	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
+	hwYields      = 64                     // hardware: polls before the first sleep
+)
 
 // NewLocalWait starts a wait bounded by the fabric's timeout.
 func (f *Fabric) NewLocalWait() LocalWait {
 	now := time.Now()
-	w := LocalWait{f: f, spinEnd: now.Add(LocalSpin), pause: time.Microsecond}
+	w := LocalWait{f: f, pause: time.Microsecond}
+	if f.prog != nil {
+		w.spinEnd = now.Add(LocalSpin)
+	}
 	if f.timeout > 0 {
 		w.deadline = now.Add(f.timeout)
 	}
@@ -509,6 +521,15 @@ func (w *LocalWait) Pause() bool {
 	now := time.Now()
 	if !w.deadline.IsZero() && now.After(w.deadline) {
 		return false
+	}
+	if w.f.prog == nil {
+		w.f.Progress() // completions and notifications only
+		if w.polls++; w.polls < hwYields {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Microsecond)
+		}
+		return true
 	}
 	if w.f.Progress() {
 		w.spinEnd = now.Add(LocalSpin)
@@ -524,7 +545,7 @@ func (w *LocalWait) Pause() bool {
 		d = min(d, w.deadline.Sub(now))
 	}
 	time.Sleep(d)
-	w.pause = min(2*w.pause, LocalMaxSleep)
+	w.pause = min(2*w.pause, localMaxSleep)
 	return true
 }
 
