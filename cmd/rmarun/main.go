@@ -159,7 +159,7 @@ func newJob(size int, argv []string, addr string) (*job, error) {
 		addr:       addr,
 		rendezvous: net.JoinHostPort(addr, strconv.Itoa(port)),
 		secret:     secret,
-		extraEnv:   append([]string{launch.EnvJobID + "=" + id}, launch.CoreShare(size)...),
+		extraEnv:   append(append([]string{launch.EnvJobID + "=" + id}, launch.CoreShare(size)...), launch.SpinShare(size)...),
 		exited:     make([]bool, size),
 	}, nil
 }
