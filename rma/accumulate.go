@@ -121,9 +121,11 @@ func withElem[T Number](w uint64, sh uint, v T) uint64 {
 //     waiting;
 //   - everything else is a compare-and-swap loop on each 8-byte word that
 //     holds target elements: all words of the call are tried in one
-//     pipelined round (guessing the old value; a failed compare-and-swap
-//     returns the real one) and the failures retried, so a call costs about
-//     two round trips whatever its length.
+//     pipelined round (guessing the old value: the last one this rank
+//     wrote or saw there, else 0; a failed compare-and-swap returns the
+//     real one) and the failures retried, so a call costs one round trip
+//     when the guess holds (a word only this rank changes, such as a flag
+//     it sets with Replace) and about two otherwise, whatever its length.
 // The old values land in the World's registered atomic scratch area.
 
 // Accumulate combines origin into rank target's window at displacement disp
@@ -185,7 +187,7 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 	win.atomicsOn(target)
 	word, sh := win.wordOf(target, disp)
 	a := w.atom
-	guess := uint64(0)
+	guess := a.guessFor(target, word.Addr)
 	for {
 		want := withElem(guess, sh, value)
 		if elemAt[T](guess, sh) != compare {
@@ -201,8 +203,10 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 		}
 		old := a.word(0)
 		if old == guess {
+			a.remember(target, word.Addr, want)
 			return elemAt[T](old, sh), nil
 		}
+		a.remember(target, word.Addr, old)
 		if elemAt[T](old, sh) != compare {
 			return elemAt[T](old, sh), nil
 		}
@@ -309,7 +313,9 @@ func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error
 	for start := 0; start < nwords; start += atomWords {
 		n := min(atomWords, nwords-start)
 		guess, done := a.guess[:n], a.done[:n]
-		clear(guess)
+		for i := range guess {
+			guess[i] = a.guessFor(target, first.Addr+uint64((start+i)*8))
+		}
 		clear(done)
 		pending := n
 		for pending > 0 {
@@ -320,6 +326,7 @@ func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error
 				}
 				wordAddr := first.Addr + uint64((start+i)*8)
 				want := win.combineWord(guess[i], wordAddr, origin, target, disp, op)
+				a.remember(target, wordAddr, want) // if the swap succeeds
 				seq, err := w.f.CompareSwap(target, a.local(i), transport.Remote{Addr: wordAddr, RKey: first.RKey}, guess[i], want)
 				if err != nil {
 					return err
@@ -337,6 +344,7 @@ func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error
 				old := a.word(i)
 				if old != guess[i] {
 					guess[i] = old // retry with the real value
+					a.remember(target, first.Addr+uint64((start+i)*8), old)
 					pending++
 					continue
 				}

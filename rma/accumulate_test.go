@@ -263,3 +263,69 @@ func TestCompareAndSwapMutex(t *testing.T) {
 		})
 	}
 }
+
+// TestAccumulateStaleGuess: compare-and-swap rounds start from the value
+// this rank last left in a word; when another rank (or another window at
+// the same address) has changed it since, the result must still be exact.
+func TestAccumulateStaleGuess(t *testing.T) {
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		for round := range 3 { // a fresh window each round, maybe at the same address
+			win, err := rma.Allocate[float64](w, 4)
+			if err != nil {
+				return err
+			}
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+			// Rank 0 sets element 1 of rank 1's window (its guess is
+			// now 5+round); then rank 1 changes it behind rank 0's back.
+			if w.Rank() == 0 {
+				if err := win.Accumulate([]float64{5 + float64(round)}, 1, 1, rma.Replace); err != nil {
+					return err
+				}
+			}
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+			if w.Rank() == 1 {
+				if err := win.Accumulate([]float64{100}, 1, 1, rma.Sum); err != nil {
+					return err
+				}
+			}
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+			if w.Rank() == 0 {
+				old := make([]float64, 1)
+				if err := win.GetAccumulate([]float64{2}, old, 1, 1, rma.Prod); err != nil {
+					return err
+				}
+				if want := 105 + float64(round); old[0] != want {
+					return fmt.Errorf("round %d: old value %v, want %v", round, old[0], want)
+				}
+				// Only rank 0 changes it now: its guess holds.
+				got, err := win.FetchAndOp(1, 1, 1, rma.Sum)
+				if err != nil {
+					return err
+				}
+				if want := 2 * (105 + float64(round)); got != want {
+					return fmt.Errorf("round %d: fetched %v, want %v", round, got, want)
+				}
+				prev, err := win.CompareAndSwap(got+1, -1, 1, 1)
+				if err != nil || prev != got+1 {
+					return fmt.Errorf("round %d: compare-and-swap %v, %v", round, prev, err)
+				}
+			}
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+			if w.Rank() == 1 && win.Local()[1] != -1 {
+				return fmt.Errorf("round %d: element %v, want -1", round, win.Local()[1])
+			}
+			if err := win.Free(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -76,6 +76,40 @@ type atomArea struct {
 	words []uint64
 	guess []uint64
 	done  []bool
+	seen  [seenSlots]seenWord // last known values of remote words
+}
+
+// Compare-and-swap rounds must guess a word's value; a wrong guess costs a
+// round trip. seen remembers, direct-mapped by (rank, address), the value
+// each recently accumulated word was left holding by this rank (what its
+// last successful swap wrote, or what a failed one returned). A word only
+// this rank changes, such as a flag it sets with Replace, is then swapped
+// in one round trip instead of two. A stale entry (another rank changed the
+// word, or the memory now belongs to another window) only costs the round
+// trip it would have cost anyway.
+const seenSlots = 256
+
+type seenWord struct {
+	rank int
+	addr uint64
+	val  uint64
+}
+
+func seenSlot(rank int, addr uint64) int {
+	return int((addr>>3)^uint64(rank)*0x9e3779b1) & (seenSlots - 1)
+}
+
+// guessFor returns the remembered value of the word, or 0.
+func (a *atomArea) guessFor(rank int, addr uint64) uint64 {
+	if e := &a.seen[seenSlot(rank, addr)]; e.addr == addr && e.rank == rank {
+		return e.val
+	}
+	return 0
+}
+
+// remember records the word's last known value.
+func (a *atomArea) remember(rank int, addr, val uint64) {
+	a.seen[seenSlot(rank, addr)] = seenWord{rank: rank, addr: addr, val: val}
 }
 
 func newAtomArea(w *World) (*atomArea, error) {
