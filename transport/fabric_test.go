@@ -92,28 +92,38 @@ func TestBarrierAndAllgather(t *testing.T) {
 	}
 }
 
+// sharedPage allocates and registers a page on every rank and gathers
+// each rank's address and rkey (8 + 4 bytes) into all; done frees it.
+func sharedPage(f *Fabric) (mem *Memory, mr verbs.MR, all [][]byte, done func(), err error) {
+	if mem, err = AllocMemory(4096); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if mr, err = f.PD().RegMR(mem.Bytes(), verbs.AccessAll); err != nil {
+		mem.Free()
+		return nil, nil, nil, nil, err
+	}
+	done = func() { mr.Dereg(); mem.Free() }
+	desc := make([]byte, 12)
+	putU64(desc, mr.Addr())
+	putU32(desc[8:], mr.RKey())
+	all = make([][]byte, f.Size())
+	for i := range all {
+		all[i] = make([]byte, 12)
+	}
+	if err = f.Allgather(desc, all); err != nil {
+		done()
+		return nil, nil, nil, nil, err
+	}
+	return mem, mr, all, done, nil
+}
+
 func TestFlushAfterManyUnsignaled(t *testing.T) {
 	openJob(t, 3, func(f *Fabric) error {
-		mem, err := AllocMemory(4096)
+		mem, mr, all, done, err := sharedPage(f)
 		if err != nil {
 			return err
 		}
-		defer mem.Free()
-		mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
-		if err != nil {
-			return err
-		}
-		defer mr.Dereg()
-		desc := make([]byte, 12)
-		putU64(desc, mr.Addr())
-		putU32(desc[8:], mr.RKey())
-		all := make([][]byte, f.Size())
-		for i := range all {
-			all[i] = make([]byte, 12)
-		}
-		if err := f.Allgather(desc, all); err != nil {
-			return err
-		}
+		defer done()
 		// Every rank adds 1 to a counter at every rank (itself included), 3*sendDepth times.
 		src := mem.Bytes()[8:16]
 		putU64(src, 1)
@@ -177,26 +187,11 @@ func getU32(b []byte) (v uint32) {
 // notification and its wait, a barrier.
 func TestNoAllocs(t *testing.T) {
 	openJob(t, 2, func(f *Fabric) error {
-		mem, err := AllocMemory(4096)
+		_, mr, all, done, err := sharedPage(f)
 		if err != nil {
 			return err
 		}
-		defer mem.Free()
-		mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
-		if err != nil {
-			return err
-		}
-		defer mr.Dereg()
-		desc := make([]byte, 12)
-		putU64(desc, mr.Addr())
-		putU32(desc[8:], mr.RKey())
-		all := make([][]byte, f.Size())
-		for i := range all {
-			all[i] = make([]byte, 12)
-		}
-		if err := f.Allgather(desc, all); err != nil {
-			return err
-		}
+		defer done()
 		peer := 1 - f.Rank()
 		remote := Remote{Addr: getU64(all[peer]), RKey: getU32(all[peer][8:])}
 		local := Local{Addr: mr.Addr() + 1024, LKey: mr.LKey()}
