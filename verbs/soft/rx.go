@@ -361,7 +361,12 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 		if t == 0 && g.token.CompareAndSwap(0, spinWaiter) {
 			break
 		}
-		runtime.Gosched() // a reader goroutine is handing the token over
+		// A reader goroutine is handing the token over (it may first
+		// finish draining a burst, and complete our request meanwhile).
+		if n, err := q.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		runtime.Gosched()
 	}
 	defer g.token.Store(0)
 	end := time.Now().Add(g.spinFor)
