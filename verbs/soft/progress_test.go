@@ -2,6 +2,7 @@ package soft
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -107,4 +108,66 @@ func cross(me, peer *side, size, chunk int) error {
 		return errors.New("read data differs")
 	}
 	return nil
+}
+
+// TestChainInOneWrite: a chain longer than one batch (two gather writes), mixing writes, reads,
+// atomics and a fenced read that must wait for the reads before it (which
+// are still in the batch when it is posted), completes in order with the
+// right data.
+func TestChainInOneWrite(t *testing.T) {
+	a, b := connected(t, 4096)
+	const n = postBatch + 20 // the send queue holds 64
+	wrs := make([]verbs.SendWR, n)
+	for i := range wrs {
+		w := &wrs[i]
+		w.ID, w.Flags, w.RKey = uint64(i), verbs.Signaled, b.mr.RKey()
+		switch i % 3 {
+		case 0: // write byte i to b[i]
+			a.buf[i] = byte(i)
+			w.Op, w.SGL, w.RemoteAddr = verbs.OpWrite, a.sge(i, 1), b.mr.Addr()+uint64(i)
+		case 1: // read b[i-1] (just written) into a[1024+i]
+			w.Op, w.SGL, w.RemoteAddr = verbs.OpRead, a.sge(1024+i, 1), b.mr.Addr()+uint64(i-1)
+		case 2: // add 1 to the counter at b[2048], old value to a[2048+8i]
+			w.Op, w.SGL, w.RemoteAddr, w.CompareAdd = verbs.OpFetchAdd, a.sge(2048+8*i, 8), b.mr.Addr()+2048, 1
+		}
+		if i == n-1 {
+			w.Flags |= verbs.Fence
+		}
+		if i > 0 {
+			wrs[i-1].Next = w
+		}
+	}
+	if bad, err := a.qp.PostSend(&wrs[0]); err != nil {
+		t.Fatalf("post: %v at %v", err, bad.ID)
+	}
+	wc := make([]verbs.WC, 16)
+	for got := 0; got < n; {
+		k, err := a.sendCQ.Wait(wc, time.Now().Add(10*time.Second))
+		if err != nil {
+			t.Fatalf("after %d completions: %v", got, err)
+		}
+		for _, w := range wc[:k] {
+			if w.Status != verbs.StatusSuccess || w.ID != uint64(got) {
+				t.Fatalf("completion %d: %+v", got, w)
+			}
+			got++
+		}
+	}
+	adds := uint64(0)
+	for i := range n {
+		switch i % 3 {
+		case 1:
+			if a.buf[1024+i] != byte(i-1) {
+				t.Fatalf("read %d: %d", i, a.buf[1024+i])
+			}
+		case 2:
+			if old := binary.LittleEndian.Uint64(a.buf[2048+8*i:]); old != adds {
+				t.Fatalf("fetch-add %d: old %d, want %d", i, old, adds)
+			}
+			adds++
+		}
+	}
+	if got := binary.LittleEndian.Uint64(b.buf[2048:]); got != adds {
+		t.Fatalf("counter %d, want %d", got, adds)
+	}
 }

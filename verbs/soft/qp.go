@@ -18,6 +18,10 @@ import (
 // maxSGE is the most scatter-gather entries a request may carry.
 const maxSGE = 4
 
+// postBatch is the most frames of one chain of work requests sent in one
+// gather write (one system call).
+const postBatch = 32
+
 // ConnectTimeout bounds how long Connect waits for the peer's side.
 var ConnectTimeout = 60 * time.Second
 
@@ -70,9 +74,14 @@ type qp struct {
 	connCh  chan acceptedConn // authenticated connections from the listener
 
 	// sendMu serializes posting: sequence order is wire order.
-	sendMu  sync.Mutex
-	hdr     [hdrLen]byte
-	bufs    [1 + maxSGE][]byte
+	sendMu sync.Mutex
+	hdr    [hdrLen]byte // the goodbye frame's header
+	// A chain of requests leaves in one gather write: up to postBatch
+	// frames are encoded here before the write.
+	hdrs    [postBatch][hdrLen]byte
+	bufs    [postBatch * (1 + maxSGE)][]byte
+	nframes int
+	nbufs   int
 	nb      net.Buffers
 	nextSeq uint64
 
@@ -328,15 +337,41 @@ func (q *qp) resolve(s verbs.SGE, need verbs.Access) (*region, []byte, error) {
 	return r, b, nil
 }
 
+// PostSend posts a chain of work requests. Their frames go out together,
+// postBatch at a time, in one gather write each, as a NIC fetches a chain
+// with one doorbell.
 func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	for wr := first; wr != nil; wr = wr.Next {
 		if err := q.postOne(wr); err != nil {
+			q.sendBatch()
 			return wr, err
 		}
 	}
+	q.sendBatch()
 	return nil, nil
+}
+
+// sendBatch writes the frames encoded so far; sendMu held.
+func (q *qp) sendBatch() {
+	if q.nframes == 0 {
+		return
+	}
+	q.mu.Lock()
+	conn := q.conn
+	q.mu.Unlock()
+	q.nb = q.bufs[:q.nbufs]
+	q.wrMu.Lock()
+	_, err := q.nb.WriteTo(conn)
+	q.wrMu.Unlock()
+	clear(q.bufs[:q.nbufs])
+	q.nframes, q.nbufs = 0, 0
+	if err != nil {
+		q.fail(verbs.StatusTransport, fmt.Errorf("send: %w", err))
+		// The requests are recorded and have been flushed with an error
+		// completion; posting itself succeeded, as on hardware.
+	}
 }
 
 func (q *qp) postOne(wr *verbs.SendWR) error {
@@ -345,6 +380,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	f := frame{seq: q.nextSeq + 1, addr: wr.RemoteAddr, rkey: wr.RKey}
 	p := pending{id: wr.ID, op: wr.Op, signaled: wr.Flags&verbs.Signaled != 0}
+	var payload [maxSGE][]byte // a write's or send's data
 	var total uint64
 	switch wr.Op {
 	case verbs.OpWrite, verbs.OpWriteImm, verbs.OpSend:
@@ -358,13 +394,12 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		if p.signaled {
 			f.flags = flagAck
 		}
-		q.bufs[0] = q.hdr[:]
 		for i, s := range wr.SGL {
 			_, b, err := q.resolve(s, 0)
 			if err != nil {
 				return err
 			}
-			q.bufs[1+i] = b
+			payload[i] = b
 			total += uint64(s.Length)
 		}
 	case verbs.OpRead:
@@ -400,6 +435,9 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	f.len = uint32(total)
 	p.length = f.len
 
+	if wr.Flags&verbs.Fence != 0 {
+		q.sendBatch() // the reads it waits for may still be in the batch
+	}
 	q.mu.Lock()
 	for wr.Flags&verbs.Fence != 0 && q.ordered > 0 && q.state == stRTS {
 		q.cond.Wait()
@@ -426,27 +464,23 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	if p.nseg > 0 {
 		q.ordered++
 	}
-	conn := q.conn
 	q.mu.Unlock()
 
-	f.encode(&q.hdr)
+	// Queue the frame for the batch's gather write.
+	h := &q.hdrs[q.nframes]
+	f.encode(h)
 	release()
-	n := 1
+	q.bufs[q.nbufs] = h[:]
+	q.nbufs++
 	if f.kind == kReqWrite || f.kind == kReqWriteImm || f.kind == kReqSend {
-		n += len(wr.SGL)
+		for i := range wr.SGL {
+			q.bufs[q.nbufs] = payload[i]
+			q.nbufs++
+		}
 	}
-	q.bufs[0] = q.hdr[:]
-	q.nb = q.bufs[:n]
-	q.wrMu.Lock()
-	_, err := q.nb.WriteTo(conn)
-	q.wrMu.Unlock()
-	for i := range q.bufs {
-		q.bufs[i] = nil
-	}
-	if err != nil {
-		q.fail(verbs.StatusTransport, fmt.Errorf("send: %w", err))
-		// The request is recorded and has been flushed with an error
-		// completion; posting itself succeeded, as on hardware.
+	q.nframes++
+	if q.nframes == postBatch {
+		q.sendBatch()
 	}
 	return nil
 }
