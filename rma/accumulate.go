@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
+	"github.com/rmago/rmago/verbs"
 )
 
 // Op is a reduction operation of Accumulate and friends, as MPI_Op.
@@ -281,14 +282,16 @@ func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) (uint64, er
 	var last uint64
 	for start := 0; start < len(origin); start += atomWords {
 		n := min(atomWords, len(origin)-start)
-		for i := 0; i < n; i++ {
+		ops := a.ops[:n]
+		for i := range ops {
 			word, _ := win.wordOf(target, disp+start+i)
-			seq, err := w.f.FetchAdd(target, a.local(i), word, bitsOf(origin[start+i]))
-			if err != nil {
-				return 0, err
-			}
-			last = seq
+			ops[i] = transport.Atomic{Op: verbs.OpFetchAdd, Local: a.local(i), Remote: word, CompareAdd: bitsOf(origin[start+i])}
 		}
+		seq, err := w.f.PostAtomics(target, ops)
+		if err != nil {
+			return 0, err
+		}
+		last = seq
 		if result == nil {
 			continue // complete at the next synchronization; the old values are not needed
 		}
@@ -319,7 +322,7 @@ func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error
 		clear(done)
 		pending := n
 		for pending > 0 {
-			var last uint64
+			ops := a.ops[:0]
 			for i := 0; i < n; i++ {
 				if done[i] {
 					continue
@@ -327,11 +330,12 @@ func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error
 				wordAddr := first.Addr + uint64((start+i)*8)
 				want := win.combineWord(guess[i], wordAddr, origin, target, disp, op)
 				a.remember(target, wordAddr, want) // if the swap succeeds
-				seq, err := w.f.CompareSwap(target, a.local(i), transport.Remote{Addr: wordAddr, RKey: first.RKey}, guess[i], want)
-				if err != nil {
-					return err
-				}
-				last = seq
+				ops = append(ops, transport.Atomic{Op: verbs.OpCompareSwap, Local: a.local(i),
+					Remote: transport.Remote{Addr: wordAddr, RKey: first.RKey}, CompareAdd: guess[i], Swap: want})
+			}
+			last, err := w.f.PostAtomics(target, ops)
+			if err != nil {
+				return err
 			}
 			if err := w.f.Wait(target, last); err != nil {
 				return err

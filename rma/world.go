@@ -76,6 +76,7 @@ type atomArea struct {
 	words []uint64
 	guess []uint64
 	done  []bool
+	ops   []transport.Atomic  // one round's atomics, posted as chains
 	seen  [seenSlots]seenWord // last known values of remote words
 }
 
@@ -123,7 +124,7 @@ func newAtomArea(w *World) (*atomArea, error) {
 		return nil, err
 	}
 	return &atomArea{mem: mem, mr: mr, words: unsafe.Slice((*uint64)(mem.Ptr()), atomWords),
-		guess: make([]uint64, atomWords), done: make([]bool, atomWords)}, nil
+		guess: make([]uint64, atomWords), done: make([]bool, atomWords), ops: make([]transport.Atomic, atomWords)}, nil
 }
 
 func (a *atomArea) local(i int) transport.Local {

@@ -80,6 +80,8 @@ type peer struct {
 	noteWR       verbs.SendWR // Notify's request, under postMu
 	wr           verbs.SendWR // reused by the one-sided operations
 	sge          [1]verbs.SGE
+	chain        [ChainMax]verbs.SendWR // PostAtomics' chains
+	chainSGE     [ChainMax]verbs.SGE
 	recvWR       verbs.RecvWR
 }
 
@@ -380,19 +382,76 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 	}
 	wr.ID = seq<<16 | uint64(p.rank)
 	if _, err := p.qp.PostSend(wr); err != nil {
-		if errors.Is(err, verbs.ErrQPState) {
-			// The queue pair failed under us; if its error completions are
-			// on their way they say why: report that cause. A peer that
-			// closed in order sends none, so wait only briefly.
-			if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, p.rank, time.Now().Add(time.Second), nil); werr != nil && !errors.Is(werr, ErrTimeout) {
-				return 0, werr
-			}
-			return 0, fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, err)
-		}
-		return 0, fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
+		return 0, f.postErr(p, err)
 	}
 	p.posted.Store(seq)
 	return seq, nil
+}
+
+// postErr reports a failed post to p.
+func (f *Fabric) postErr(p *peer, err error) error {
+	if errors.Is(err, verbs.ErrQPState) {
+		// The queue pair failed under us; if its error completions are
+		// on their way they say why: report that cause. A peer that
+		// closed in order sends none, so wait only briefly.
+		if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, p.rank, time.Now().Add(time.Second), nil); werr != nil && !errors.Is(werr, ErrTimeout) {
+			return werr
+		}
+		return fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, err)
+	}
+	return fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
+}
+
+// postChainLocked posts p.chain[:n] (operations and buffers filled in) as
+// one chain of work requests; p.postMu held. It returns the last one's
+// sequence number.
+func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
+	if err := f.Err(p.rank); err != nil {
+		return 0, err
+	}
+	if f.closed.Load() {
+		return 0, ErrClosed
+	}
+	first := p.posted.Load() + 1
+	for first+uint64(n)-p.done.Load() >= sendDepth-1 {
+		// Reclaim the queue as postLocked does; chains are far shorter
+		// than signalGap, so a signalled request is well inside it.
+		target := p.lastSignaled
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, p.rank, nil); err != nil {
+			return 0, err
+		}
+	}
+	for i := range n {
+		wr := &p.chain[i]
+		seq := first + uint64(i)
+		if seq-p.lastSignaled >= signalGap || i == n-1 {
+			wr.Flags |= verbs.Signaled // the last, so that the chain can be waited for
+		}
+		if wr.Flags&verbs.Signaled != 0 {
+			p.lastSignaled = seq
+		}
+		wr.ID = seq<<16 | uint64(p.rank)
+		wr.Next = nil
+		if i > 0 {
+			p.chain[i-1].Next = wr
+		}
+	}
+	bad, err := p.qp.PostSend(&p.chain[0])
+	if err != nil {
+		// The requests before the refused one were posted.
+		for i := range n {
+			if &p.chain[i] == bad {
+				if i > 0 {
+					p.posted.Store(first + uint64(i) - 1)
+				}
+				break
+			}
+		}
+		return 0, f.postErr(p, err)
+	}
+	last := first + uint64(n) - 1
+	p.posted.Store(last)
+	return last, nil
 }
 
 // Wait waits until request seq to rank r has completed. If no signalled

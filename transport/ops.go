@@ -1,6 +1,10 @@
 package transport
 
-import "github.com/rmago/rmago/verbs"
+import (
+	"fmt"
+
+	"github.com/rmago/rmago/verbs"
+)
 
 // Local is registered memory of this rank: an address and its lkey.
 type Local struct {
@@ -50,4 +54,47 @@ func (f *Fabric) post(r int, op verbs.Opcode, local Local, n uint32, remote Remo
 		p.wr.SGL = nil
 	}
 	return f.postLocked(p, &p.wr)
+}
+
+// ChainMax is the most work requests PostAtomics posts as one chain.
+const ChainMax = 32
+
+// Atomic is one 8-byte atomic for PostAtomics: a fetch-and-add (add in
+// CompareAdd) or a compare-and-swap (compare in CompareAdd, new value in
+// Swap) on Remote, whose old value lands in the 8 bytes at Local.
+type Atomic struct {
+	Op         verbs.Opcode // verbs.OpFetchAdd or verbs.OpCompareSwap
+	Local      Local
+	Remote     Remote
+	CompareAdd uint64
+	Swap       uint64
+}
+
+// PostAtomics posts ops to rank r, in order, as chains of up to ChainMax
+// work requests: one system call (soft) or one crossing into C (ibv) per
+// chain instead of one per operation. It returns the last one's sequence
+// number for Wait; it allocates nothing.
+func (f *Fabric) PostAtomics(r int, ops []Atomic) (uint64, error) {
+	p := f.peers[r]
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	var last uint64
+	for len(ops) > 0 {
+		n := min(len(ops), ChainMax)
+		for i, op := range ops[:n] {
+			if op.Op != verbs.OpFetchAdd && op.Op != verbs.OpCompareSwap {
+				return last, fmt.Errorf("transport: PostAtomics: opcode %v", op.Op)
+			}
+			p.chainSGE[i] = verbs.SGE{Addr: op.Local.Addr, Length: 8, LKey: op.Local.LKey}
+			p.chain[i] = verbs.SendWR{Op: op.Op, SGL: p.chainSGE[i : i+1], RemoteAddr: op.Remote.Addr,
+				RKey: op.Remote.RKey, CompareAdd: op.CompareAdd, Swap: op.Swap}
+		}
+		seq, err := f.postChainLocked(p, n)
+		if err != nil {
+			return last, err
+		}
+		last = seq
+		ops = ops[n:]
+	}
+	return last, nil
 }
