@@ -122,10 +122,12 @@ type qp struct {
 	// wrMu serializes whole writes to the connection: requests (posters),
 	// queued responses (writer goroutine), immediate responses (TryLock).
 	wrMu       sync.Mutex
-	respMu     sync.Mutex // guards respQueued
-	respQueued int        // responses handed to the writer goroutine, not yet written
-	respHdr    [hdrLen]byte
-	iov        [2]syscall.Iovec
+	respMu     sync.Mutex          // guards respQueued
+	respQueued int                 // responses handed to the writer goroutine, not yet written
+	resps      [respBatch]response // collected by the receive engine (rxMu)
+	nresp      int
+	respHdrs   [respBatch][hdrLen]byte
+	iov        [2 * respBatch]syscall.Iovec
 	iovN       int
 	wrN        int
 	writeFn    func(uintptr) bool // writevOnce, bound once

@@ -198,29 +198,58 @@ func (q *qp) nak(br frameReader, f *frame, st verbs.Status) error {
 
 // respond sends a response to the peer. What the responder did to memory
 // is released first, so that it happens before the requester's
-// completion. The response is written at once if the socket takes it
-// without blocking and nothing is queued before it; otherwise (or for what
-// a partial write left) it is queued for the writer goroutine, so that the
-// receive engine never blocks on a write (two peers blocked writing to each
-// other would deadlock).
+// completion. The goroutine running the receive engine collects the
+// responses of the frames it runs and sends them together when it has run
+// out of arrived frames (flushResponses), so a burst of requests is
+// answered with one system call.
 func (q *qp) respond(r response) {
 	release()
-	if q.rx != nil {
-		q.respMu.Lock()
-		if q.respQueued == 0 && q.wrMu.TryLock() {
-			sent := q.writeNow(&r)
-			q.wrMu.Unlock()
-			if sent {
-				q.respMu.Unlock()
-				if r.reg != nil {
-					r.reg.inUse.RUnlock()
-				}
-				return
-			}
-		}
-		q.respQueued++
-		q.respMu.Unlock()
+	if q.rx == nil { // not connected (the fuzz test drives execute directly)
+		q.queueResponse(r)
+		return
 	}
+	if q.nresp == respBatch {
+		q.flushResponses()
+	}
+	q.resps[q.nresp] = r
+	q.nresp++
+}
+
+// respBatch is the most responses collected before they are sent.
+const respBatch = 32
+
+// flushResponses sends the collected responses; rxMu held. They are
+// written at once if the socket takes them without blocking and nothing is
+// queued before them; otherwise they (or what a partial write left) go to
+// the writer goroutine, so that the receive engine never blocks on a write
+// (two peers blocked writing to each other would deadlock).
+func (q *qp) flushResponses() {
+	n := q.nresp
+	if n == 0 {
+		return
+	}
+	q.nresp = 0
+	sent := 0
+	q.respMu.Lock()
+	if q.respQueued == 0 && q.wrMu.TryLock() {
+		sent = q.writeNow(q.resps[:n])
+		q.wrMu.Unlock()
+	}
+	q.respQueued += n - sent
+	q.respMu.Unlock()
+	for i := range sent {
+		if r := q.resps[i].reg; r != nil {
+			r.inUse.RUnlock()
+		}
+	}
+	for i := sent; i < n; i++ {
+		q.queueResponse(q.resps[i])
+	}
+	clear(q.resps[:n])
+}
+
+// queueResponse hands a response to the writer goroutine.
+func (q *qp) queueResponse(r response) {
 	select {
 	case q.respCh <- r:
 	case <-q.done:
@@ -230,36 +259,38 @@ func (q *qp) respond(r response) {
 	}
 }
 
-// writeNow writes what is left of r (from r.off) with one non-blocking
-// writev and advances r.off; it reports whether all of r went. wrMu held.
-func (q *qp) writeNow(r *response) bool {
-	r.f.encode(&q.respHdr)
+// writeNow writes rs with one non-blocking writev and reports how many
+// went whole; the next one's off records what of it went. wrMu held.
+func (q *qp) writeNow(rs []response) int {
 	n := 0
-	if r.off < hdrLen {
-		q.iov[n] = syscall.Iovec{Base: &q.respHdr[r.off]}
-		q.iov[n].SetLen(hdrLen - r.off)
+	for i := range rs {
+		r := &rs[i]
+		r.f.encode(&q.respHdrs[i])
+		q.iov[n] = syscall.Iovec{Base: &q.respHdrs[i][0]}
+		q.iov[n].SetLen(hdrLen)
 		n++
 		if len(r.data) > 0 {
 			q.iov[n] = syscall.Iovec{Base: &r.data[0]}
 			q.iov[n].SetLen(len(r.data))
 			n++
 		}
-	} else {
-		d := r.data[r.off-hdrLen:]
-		q.iov[n] = syscall.Iovec{Base: &d[0]}
-		q.iov[n].SetLen(len(d))
-		n++
 	}
 	q.iovN, q.wrN = n, 0
 	err := q.rx.rc.Write(q.writeFn)
-	for i := range q.iov {
-		q.iov[i] = syscall.Iovec{}
-	}
+	clear(q.iov[:n])
 	if err != nil {
-		return false // the writer goroutine meets the error and fails the queue pair
+		return 0 // the writer goroutine meets the error and fails the queue pair
 	}
-	r.off += q.wrN
-	return r.off == hdrLen+len(r.data)
+	left := q.wrN
+	for i := range rs {
+		size := hdrLen + len(rs[i].data)
+		if left < size {
+			rs[i].off = left
+			return i
+		}
+		left -= size
+	}
+	return len(rs)
 }
 
 // writevOnce is writeNow's function for rc.Write: one writev(2) that never

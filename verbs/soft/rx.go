@@ -148,6 +148,10 @@ func (s *rxStream) fill() error {
 // await handles an empty read in the middle of a frame: spin a little,
 // then sleep in the poller until more arrives.
 func (s *rxStream) await(empty *int) error {
+	if *empty == 0 {
+		// Answer what already ran before waiting for the rest.
+		s.q.flushResponses()
+	}
 	*empty++
 	if *empty < midFrameSpin {
 		runtime.Gosched()
@@ -229,6 +233,7 @@ func (q *qp) drain() (int, bool) {
 	if q.rxDone {
 		return 0, false
 	}
+	defer q.flushResponses()
 	for n := 0; ; n++ {
 		more, err := q.rx.frameWaiting()
 		if err != nil {
