@@ -222,3 +222,57 @@ func TestNoAllocs(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPostAtomics: rounds of fetch-and-adds and compare-and-swaps longer
+// than one chain, from every rank to every rank at once, return exact old
+// values and leave exact counts.
+func TestPostAtomics(t *testing.T) {
+	openJob(t, 3, func(f *Fabric) error {
+		mem, mr, all, done, err := sharedPage(f)
+		if err != nil {
+			return err
+		}
+		defer done()
+		const n = 2*ChainMax + 7 // three chains per round
+		// Rank r owns words [r*n, (r+1)*n) of every page: nobody else
+		// touches them, so the old values are known exactly.
+		ops := make([]Atomic, n)
+		local := func(i int) Local { return Local{Addr: mr.Addr() + 2048 + uint64(8*i), LKey: mr.LKey()} }
+		for target := range f.Size() {
+			remote := func(i int) Remote {
+				return Remote{Addr: getU64(all[target]) + uint64(8*(f.Rank()*n+i)), RKey: getU32(all[target][8:])}
+			}
+			for round := range 3 {
+				for i := range ops {
+					ops[i] = Atomic{Op: verbs.OpFetchAdd, Local: local(i), Remote: remote(i), CompareAdd: uint64(i + 1)}
+					if round == 2 { // swap in i*1000 where the word holds 2*(i+1)
+						ops[i] = Atomic{Op: verbs.OpCompareSwap, Local: local(i), Remote: remote(i), CompareAdd: uint64(2 * (i + 1)), Swap: uint64(i * 1000)}
+					}
+				}
+				last, err := f.PostAtomics(target, ops)
+				if err != nil {
+					return err
+				}
+				if err := f.Wait(target, last); err != nil {
+					return err
+				}
+				for i := range ops {
+					if old, want := getU64(mem.Bytes()[2048+8*i:]), uint64(round*(i+1)); old != want {
+						return fmt.Errorf("target %d round %d word %d: old %d, want %d", target, round, i, old, want)
+					}
+				}
+			}
+		}
+		if err := f.Barrier(); err != nil {
+			return err
+		}
+		for r := range f.Size() {
+			for i := range n {
+				if got := getU64(mem.Bytes()[8*(r*n+i):]); got != uint64(i*1000) {
+					return fmt.Errorf("word %d of rank %d: %d, want %d", i, r, got, i*1000)
+				}
+			}
+		}
+		return nil
+	})
+}
