@@ -397,6 +397,9 @@ func (f *Fabric) postErr(p *peer, err error) error {
 		if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, p.rank, time.Now().Add(time.Second), nil); werr != nil && !errors.Is(werr, ErrTimeout) {
 			return werr
 		}
+		if cause := p.err.Load(); cause != nil {
+			return *cause
+		}
 		return fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, err)
 	}
 	return fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)

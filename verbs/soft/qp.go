@@ -73,6 +73,10 @@ type qp struct {
 	maxRecv int
 	connCh  chan acceptedConn // authenticated connections from the listener
 
+	// loop is the peer queue pair when it belongs to this context: requests
+	// then execute at once (loopback.go). Set at Connect, under sendMu.
+	loop *qp
+
 	// sendMu serializes posting: sequence order is wire order.
 	sendMu sync.Mutex
 	hdr    [hdrLen]byte // the goodbye frame's header
@@ -229,6 +233,9 @@ func (q *qp) Connect(remote verbs.Endpoint) error {
 	q.respCh = make(chan response, peerDepth+q.maxRecv+16)
 	q.state = stRTS
 	q.mu.Unlock()
+	q.sendMu.Lock()
+	q.loop = q.loopPeer(remote)
+	q.sendMu.Unlock()
 	q.finished.Add(2)
 	go q.serve()
 	go q.writeResponses()
@@ -436,6 +443,9 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	f.len = uint32(total)
 	p.length = f.len
+	if q.loop != nil {
+		return q.postLoop(&f, &p, &payload, len(wr.SGL))
+	}
 
 	if wr.Flags&verbs.Fence != 0 {
 		q.sendBatch() // the reads it waits for may still be in the batch
@@ -483,6 +493,20 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	q.nframes++
 	if q.nframes == postBatch {
 		q.sendBatch()
+	}
+	return nil
+}
+
+// sendable reports whether the queue pair can take requests.
+func (q *qp) sendable() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != stRTS {
+		err := q.failErr
+		if err == nil {
+			err = errors.New("not connected")
+		}
+		return fmt.Errorf("%w: %v", verbs.ErrQPState, err)
 	}
 	return nil
 }
