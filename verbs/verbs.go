@@ -171,6 +171,12 @@ type DeviceAttr struct {
 	MTU        int       // active path MTU in bytes
 	LinkLayer  string    // "InfiniBand", "Ethernet" (RoCE) or "TCP"
 	PortActive bool      // the port is up
+	// PostCopiesPayload: every write's and send's payload has been taken
+	// when PostSend returns (the soft provider writes it to its socket),
+	// so a request never needs its source buffer afterwards and is
+	// locally complete once posted. Hardware takes only inline payloads
+	// (MaxInline) at post time.
+	PostCopiesPayload bool
 }
 
 // Config carries what a provider may need to open a device. Providers

@@ -31,7 +31,10 @@
 //   - Complete on O: for each T of the access epoch, fetch-add
 //     T.Complete += 1, posted behind O's puts to T on the same reliable
 //     queue pair, so executed after them; all are posted before any is
-//     awaited, and Complete returns when all have completed.
+//     awaited, and Complete returns when all have completed, or at once
+//     when the provider takes payloads at post time
+//     (DeviceAttr.PostCopiesPayload, the soft provider: the puts are then
+//     locally complete, and the targets' Wait counts the atomics).
 //   - Wait on T: wait until T's own Complete word reaches the total number
 //     of completions expected by the end of this exposure epoch (the sum of
 //     the sizes of every group T posted). Test is the same check, once.
@@ -40,7 +43,7 @@
 //
 //	Post(k ranks)   k atomics, not awaited (0 round trips)
 //	Start           0 atomics (local polling)
-//	Complete(k)     k atomics, 1 round trip (all in flight together)
+//	Complete(k)     k atomics, 1 round trip (all in flight together; 0 on soft)
 //	Wait, Test      0 atomics (local polling)
 //
 // Every Complete atomic is a signalled request, so its own completion tells
@@ -329,6 +332,12 @@ func (p *PSCW) Complete() error {
 		}
 		p.seqs[i] = seq
 		n = i + 1
+	}
+	if err == nil && p.f.Device().PostCopiesPayload {
+		// The puts are locally complete once posted, and the targets'
+		// Wait counts the atomics: nothing to wait for here. A failure
+		// surfaces at the next operation on that connection.
+		return nil
 	}
 	for i, t := range p.access[:n] {
 		if e := p.f.Wait(t, p.seqs[i]); e != nil && err == nil {

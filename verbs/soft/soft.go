@@ -41,7 +41,7 @@ func deviceAttr() verbs.DeviceAttr {
 	return verbs.DeviceAttr{
 		Name: "soft0", Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
 		MaxSGE: maxSGE, MaxInline: 0, AtomicCap: verbs.AtomicHCA, MTU: 1 << 20,
-		LinkLayer: "TCP", PortActive: true,
+		LinkLayer: "TCP", PortActive: true, PostCopiesPayload: true,
 	}
 }
 
