@@ -171,3 +171,92 @@ func TestChainInOneWrite(t *testing.T) {
 		t.Fatalf("counter %d, want %d", got, adds)
 	}
 }
+
+// TestPartialResponseNotInterleaved: while one side posts a stream of small
+// writes, its receive engine answers the other side's large reads, whose
+// responses fill the socket and are written in part without blocking. The
+// rest of a partly written response must follow before any request frame,
+// or the stream is corrupt. Every read returns the right bytes and every
+// write lands.
+func TestPartialResponseNotInterleaved(t *testing.T) {
+	const size, chunk, reads, writes = 32 << 20, 6 << 20, 30, 20000
+	a, b := connected(t, size)
+	for i := range size / 2 {
+		a.buf[i] = byte(i*7 + 3)
+	}
+	errc := make(chan error, 2)
+	go func() { // a: a stream of small signalled writes into b's upper half
+		wc := make([]verbs.WC, 16)
+		outstanding := 0
+		for i := range writes {
+			off := size/2 + (i%1024)*64
+			a.buf[off] = byte(i)
+			wr := verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(off, 64), RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()}
+			// Keep the CQ drained as completions come.
+			k, err := a.sendCQ.Poll(wc)
+			if err != nil {
+				errc <- err
+				return
+			}
+			outstanding -= k
+			for {
+				_, err := a.qp.PostSend(&wr)
+				if err == nil {
+					outstanding++
+					break
+				}
+				if !errors.Is(err, verbs.ErrQueueFull) {
+					errc <- err
+					return
+				}
+				k, err := a.sendCQ.Wait(wc, time.Now().Add(time.Minute))
+				if err != nil {
+					errc <- err
+					return
+				}
+				outstanding -= k
+			}
+		}
+		for outstanding > 0 {
+			k, err := a.sendCQ.Wait(wc, time.Now().Add(time.Minute))
+			if err != nil {
+				errc <- err
+				return
+			}
+			for _, w := range wc[:k] {
+				if w.Status != verbs.StatusSuccess {
+					errc <- fmt.Errorf("write: %+v", w)
+					return
+				}
+			}
+			outstanding -= k
+		}
+		errc <- nil
+	}()
+	go func() { // b: large reads of a's lower half
+		wc := make([]verbs.WC, 4)
+		for i := range reads {
+			off := (i * chunk / 2) % (size/2 - chunk)
+			wr := verbs.SendWR{ID: uint64(i), Op: verbs.OpRead, Flags: verbs.Signaled, SGL: b.sge(0, chunk), RemoteAddr: a.mr.Addr() + uint64(off), RKey: a.mr.RKey()}
+			if _, err := b.qp.PostSend(&wr); err != nil {
+				errc <- err
+				return
+			}
+			k, err := b.sendCQ.Wait(wc, time.Now().Add(time.Minute))
+			if err != nil || k != 1 || wc[0].Status != verbs.StatusSuccess {
+				errc <- fmt.Errorf("read %d: %d, %v, %+v", i, k, err, wc[0])
+				return
+			}
+			if !bytes.Equal(b.buf[:chunk], a.buf[off:off+chunk]) {
+				errc <- fmt.Errorf("read %d: data differs", i)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -61,6 +61,7 @@ type response struct {
 	data []byte  // read response payload, straight from registered memory
 	reg  *region // released (inUse.RUnlock) once data is on the wire
 	off  int     // bytes of header and data already written
+	held bool    // off > 0 and the write lock is held for the rest (see flushResponses)
 }
 
 type qp struct {
@@ -463,8 +464,9 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		return fmt.Errorf("%w: %v", verbs.ErrQPState, err)
 	}
 	if q.pn == len(q.pend) {
+		pn := q.pn
 		q.mu.Unlock()
-		return fmt.Errorf("%w: %d send requests outstanding", verbs.ErrQueueFull, q.pn)
+		return fmt.Errorf("%w: %d send requests outstanding", verbs.ErrQueueFull, pn)
 	}
 	for i := 0; i < p.nseg; i++ {
 		p.reg[i].inUse.RLock()

@@ -233,7 +233,14 @@ func (q *qp) flushResponses() {
 	q.respMu.Lock()
 	if q.respQueued == 0 && q.wrMu.TryLock() {
 		sent = q.writeNow(q.resps[:n])
-		q.wrMu.Unlock()
+		if sent < n && q.resps[sent].off > 0 {
+			// Part of a frame is on the wire: the rest must follow before
+			// any other write. The writer goroutine, which takes it next
+			// (nothing else is queued), inherits the write lock.
+			q.resps[sent].held = true
+		} else {
+			q.wrMu.Unlock()
+		}
 	}
 	q.respQueued += n - sent
 	q.respMu.Unlock()
@@ -253,9 +260,18 @@ func (q *qp) queueResponse(r response) {
 	select {
 	case q.respCh <- r:
 	case <-q.done:
-		if r.reg != nil {
-			r.reg.inUse.RUnlock()
-		}
+		r.drop(q)
+	}
+}
+
+// drop lets go of a response that will not be sent (the queue pair is
+// closing): its region, and the write lock if it was held for it.
+func (r *response) drop(q *qp) {
+	if r.reg != nil {
+		r.reg.inUse.RUnlock()
+	}
+	if r.held {
+		q.wrMu.Unlock()
 	}
 }
 
@@ -335,14 +351,15 @@ func (q *qp) writeResponses() {
 			for {
 				select {
 				case r := <-q.respCh:
-					if r.reg != nil {
-						r.reg.inUse.RUnlock()
-					}
+					r.drop(q)
 				default:
 					return
 				}
 			}
 		}
+		// A response whose head a non-blocking write already sent comes
+		// with the write lock held for it: nothing may come between.
+		held := r.held
 		n, nbuf := 0, 0
 		for {
 			r.f.encode(&hdrs[n])
@@ -371,7 +388,9 @@ func (q *qp) writeResponses() {
 			break
 		}
 		nb = bufs[:nbuf]
-		q.wrMu.Lock()
+		if !held {
+			q.wrMu.Lock()
+		}
 		_, err := nb.WriteTo(q.conn)
 		q.wrMu.Unlock()
 		for i := range bufs[:nbuf] {
