@@ -16,8 +16,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -32,17 +30,11 @@ func main() {
 	if cfg.slots == 0 {
 		cfg.slots = 2 * cfg.keys
 	}
-	w, err := rma.Init()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hashtable:", err)
-		os.Exit(1)
-	}
-	o, err := run(w, cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "hashtable: rank %d: %v\n", w.Rank(), err)
-		os.Exit(1)
-	}
-	if w.Rank() == 0 {
+	report.Run("hashtable", *asJSON, func(w *rma.World) (*report.Result, string, error) {
+		o, err := run(w, cfg)
+		if err != nil {
+			return nil, "", err
+		}
 		ops := float64(cfg.keys * w.Size())
 		r := &report.Result{App: "hashtable", Variant: "cas", Provider: w.Provider().Name, Ranks: w.Size(),
 			N: cfg.slots * w.Size(), Iterations: cfg.keys, Verified: o.verified,
@@ -53,16 +45,6 @@ func main() {
 			}}
 		r.Finish(o.insert+o.lookup, o.seq)
 		r.PerIter = 0
-		r.Write(os.Stdout, *asJSON)
-		if !o.verified {
-			fmt.Fprintln(os.Stderr, "hashtable:", o.why)
-		}
-	}
-	if err := w.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "hashtable:", err)
-		os.Exit(1)
-	}
-	if !o.verified {
-		os.Exit(1)
-	}
+		return r, o.why, nil
+	})
 }

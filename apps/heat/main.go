@@ -16,8 +16,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -30,31 +28,15 @@ func main() {
 	reps := flag.Int("reps", 1, "run this many times (the sequential version too); report the best times")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	flag.Parse()
-	w, err := rma.Init()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "heat:", err)
-		os.Exit(1)
-	}
 	cfg := config{n: *n, steps: *steps, cols: *cols, reps: *reps}
-	o, err := run(w, cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "heat: rank %d: %v\n", w.Rank(), err)
-		os.Exit(1)
-	}
-	if w.Rank() == 0 {
+	report.Run("heat", *asJSON, func(w *rma.World) (*report.Result, string, error) {
+		o, err := run(w, cfg)
+		if err != nil {
+			return nil, "", err
+		}
 		r := &report.Result{App: "heat", Variant: "pscw-" + cfg.cols, Provider: w.Provider().Name, Ranks: w.Size(),
 			N: cfg.n, Iterations: cfg.steps, Verified: o.verified}
 		r.Finish(o.elapsed, o.seq)
-		r.Write(os.Stdout, *asJSON)
-		if !o.verified {
-			fmt.Fprintln(os.Stderr, "heat:", o.why)
-		}
-	}
-	if err := w.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "heat:", err)
-		os.Exit(1)
-	}
-	if !o.verified {
-		os.Exit(1)
-	}
+		return r, o.why, nil
+	})
 }

@@ -13,8 +13,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -27,18 +25,12 @@ func main() {
 	seed := flag.Uint64("seed", 1, "random seed")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	flag.Parse()
-	w, err := rma.Init()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "histogram:", err)
-		os.Exit(1)
-	}
 	cfg := config{bins: *bins, updates: *updates, batch: *batch, seed: *seed}
-	o, err := run(w, cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "histogram: rank %d: %v\n", w.Rank(), err)
-		os.Exit(1)
-	}
-	if w.Rank() == 0 {
+	report.Run("histogram", *asJSON, func(w *rma.World) (*report.Result, string, error) {
+		o, err := run(w, cfg)
+		if err != nil {
+			return nil, "", err
+		}
 		variant := "scatter"
 		if cfg.batch {
 			variant = "batch"
@@ -49,16 +41,6 @@ func main() {
 			Extra: map[string]float64{"updates/s": total / o.elapsed.Seconds()}}
 		r.Finish(o.elapsed, o.seq)
 		r.PerIter = 0 // not meaningful: updates run concurrently
-		r.Write(os.Stdout, *asJSON)
-		if !o.verified {
-			fmt.Fprintln(os.Stderr, "histogram:", o.why)
-		}
-	}
-	if err := w.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "histogram:", err)
-		os.Exit(1)
-	}
-	if !o.verified {
-		os.Exit(1)
-	}
+		return r, o.why, nil
+	})
 }

@@ -25,9 +25,8 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 
+	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
 
@@ -46,27 +45,11 @@ func main() {
 		p.omega = optimalOmega(p.n)
 	}
 
-	w, err := rma.Init()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sor:", err)
-		os.Exit(1)
-	}
-	o, err := run(w, p, *variant, *reps)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "sor: rank %d: %v\n", w.Rank(), err)
-		os.Exit(1)
-	}
-	if w.Rank() == 0 {
-		result(w, p, *variant, o).Write(os.Stdout, *asJSON)
-		if !o.verified {
-			fmt.Fprintln(os.Stderr, "sor:", o.why)
+	report.Run("sor", *asJSON, func(w *rma.World) (*report.Result, string, error) {
+		o, err := run(w, p, *variant, *reps)
+		if err != nil {
+			return nil, "", err
 		}
-	}
-	if err := w.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "sor:", err)
-		os.Exit(1)
-	}
-	if !o.verified {
-		os.Exit(1)
-	}
+		return result(w, p, *variant, o), o.why, nil
+	})
 }

@@ -13,8 +13,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
-	"os"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -26,32 +24,16 @@ func main() {
 	mode := flag.String("mode", "blocks", "blocks (pack, one get per rank) or rows (one get per matrix row)")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	flag.Parse()
-	w, err := rma.Init()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "transpose:", err)
-		os.Exit(1)
-	}
 	cfg := config{n: *n, reps: *reps, mode: *mode}
-	o, err := run(w, cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "transpose: rank %d: %v\n", w.Rank(), err)
-		os.Exit(1)
-	}
-	if w.Rank() == 0 {
+	report.Run("transpose", *asJSON, func(w *rma.World) (*report.Result, string, error) {
+		o, err := run(w, cfg)
+		if err != nil {
+			return nil, "", err
+		}
 		r := &report.Result{App: "transpose", Variant: cfg.mode, Provider: w.Provider().Name, Ranks: w.Size(),
 			N: cfg.n, Iterations: cfg.reps, Verified: o.verified,
 			Extra: map[string]float64{"GB/s": 8 * float64(cfg.n) * float64(cfg.n) * float64(cfg.reps) / o.elapsed.Seconds() / 1e9}}
 		r.Finish(o.elapsed, o.seq)
-		r.Write(os.Stdout, *asJSON)
-		if !o.verified {
-			fmt.Fprintln(os.Stderr, "transpose:", o.why)
-		}
-	}
-	if err := w.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "transpose:", err)
-		os.Exit(1)
-	}
-	if !o.verified {
-		os.Exit(1)
-	}
+		return r, o.why, nil
+	})
 }
