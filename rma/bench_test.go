@@ -1,6 +1,7 @@
 package rma_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/rmago/rmago/rma"
@@ -93,5 +94,44 @@ func TestPutGetAllocateNothing(t *testing.T) {
 			}
 		}
 		return win.Fence(rma.NoSucceed)
+	})
+}
+
+// TestSyncAllocateNothing: a cycle of every synchronization mode with a
+// put and an atomic in each epoch allocates nothing in steady state (one
+// rank, so every access is to itself and the count is this rank's alone).
+func TestSyncAllocateNothing(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("in-process only")
+	}
+	rmatest.Run(t, 1, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 64)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		src := []int64{1, 2, 3, 4}
+		group := []int{0}
+		var errs error
+		cycle := func() {
+			errs = errors.Join(errs,
+				win.Fence(0), win.Put(src, 0, 0), win.Fence(rma.NoSucceed),
+				win.Post(group, 0), win.Start(group, 0), win.Put(src, 0, 8), win.Complete(), win.Wait(),
+				win.Lock(0, rma.Exclusive, 0), win.Put(src, 0, 16), win.Accumulate(src[:1], 0, 20, rma.Sum), win.Unlock(0),
+				win.LockAll(0), win.Put(src, 0, 24), win.Flush(0))
+			_, err := win.FetchAndOp(1, 0, 30, rma.Sum)
+			errs = errors.Join(errs, err, win.UnlockAll())
+		}
+		for range 100 {
+			cycle()
+		}
+		allocs := testing.AllocsPerRun(200, cycle)
+		if errs != nil {
+			return errs
+		}
+		if allocs > 0 {
+			t.Errorf("%v allocations per cycle of every synchronization mode", allocs)
+		}
+		return nil
 	})
 }

@@ -350,15 +350,24 @@ func (win *Window[T]) UnlockAll() error {
 	return err
 }
 
+// checkGroup validates a group of ranks (in range, none twice) without
+// allocating; win.mu held.
 func (win *Window[T]) checkGroup(group []int) error {
-	seen := make([]bool, len(win.remotes))
+	seen := win.inGroup
+	var err error
 	for _, r := range group {
-		if r < 0 || r >= len(win.remotes) || seen[r] {
-			return fmt.Errorf("%w: %v", ErrGroup, group)
+		if r < 0 || r >= len(seen) || seen[r] {
+			err = fmt.Errorf("%w: %v", ErrGroup, group)
+			break
 		}
 		seen[r] = true
 	}
-	return nil
+	for _, r := range group {
+		if r >= 0 && r < len(seen) {
+			seen[r] = false
+		}
+	}
+	return err
 }
 
 // Post opens an exposure epoch of this rank's window to the ranks in group

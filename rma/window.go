@@ -88,6 +88,7 @@ type Window[T Number] struct {
 	ops         bool   // operations issued since the last synchronization
 	puts        bool   // puts issued since the last synchronization
 	reads       []bool // per rank: reads or atomics to flush at the next synchronization
+	inGroup     []bool // per rank: checkGroup's scratch, all false between calls
 	flushes     []int  // scratch for the fence
 	noCheckLock []bool // per target: the lock was taken with NoCheck
 	freed       bool
@@ -212,6 +213,7 @@ func (win *Window[T]) setup() error {
 	w.track(win, leftover{quiesce: win.quiesce, release: win.release})
 	win.fence = fence.New(w.f, win.id)
 	win.reads = make([]bool, size)
+	win.inGroup = make([]bool, size)
 	win.noCheckLock = make([]bool, size)
 	win.ep.init(size)
 	if win.ctrl, err = control.New(w.f); err != nil {
