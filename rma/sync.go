@@ -210,6 +210,7 @@ func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
 		return fmt.Errorf("%w: element %d of a window of %d", ErrRange, i, len(win.local))
 	}
 	lw := win.w.f.NewLocalWait()
+	defer lw.Done()
 	for {
 		if cond(win.LoadLocal(i)) {
 			win.w.f.SyncMemory()

@@ -512,8 +512,9 @@ func (f *Fabric) Test(r int, seq uint64) (bool, error) {
 
 // Progress drives the fabric once without blocking: it runs what the
 // provider has received (soft provider) and records new completions and
-// notifications. It reports whether anything happened. Callers polling
-// their own memory use it through LocalWait.
+// notifications. It reports whether anything happened. The caller is then
+// the process's poller until it calls EndProgress. Callers polling their
+// own memory use it through LocalWait, which does both.
 func (f *Fabric) Progress() bool {
 	ran := false
 	if f.prog != nil {
@@ -532,12 +533,21 @@ func (f *Fabric) Progress() bool {
 	return ran
 }
 
+// EndProgress says the caller stopped driving the fabric with Progress
+// (see verbs.Progresser).
+func (f *Fabric) EndProgress() {
+	if f.prog != nil {
+		f.prog.EndProgress()
+	}
+}
+
 // LocalWait paces a goroutine that polls words of its own memory for a
 // change a peer's one-sided write or atomic will make. It allocates
 // nothing, and follows one of two schedules:
 //
 //   - with a provider this process drives (soft), while things keep
-//     happening it drives the fabric (Progress) and yields; once nothing
+//     happening it drives the fabric (Progress, as the process's poller
+//     until Done or a sleep) and yields; once nothing
 //     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
 //     100 µs (an idle rank then costs next to no CPU);
 //   - on hardware, where memory changes by itself, it yields for a few
@@ -606,10 +616,15 @@ func (w *LocalWait) Pause() bool {
 	if !w.deadline.IsZero() {
 		d = min(d, w.deadline.Sub(now))
 	}
+	w.f.EndProgress() // asleep, it polls no more: the reader goroutines take over
 	time.Sleep(d)
 	w.pause = min(2*w.pause, localMaxSleep)
 	return true
 }
+
+// Done ends the wait: call it (defer it) when the polled condition holds or
+// the wait fails, so that the provider's own goroutines may poll again.
+func (w *LocalWait) Done() { w.f.EndProgress() }
 
 // Flush waits until every request posted to rank r so far has completed
 // at the target (remote completion).

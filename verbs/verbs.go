@@ -230,7 +230,14 @@ type MemorySyncer interface {
 // polls, so that the peers' writes land without waking another goroutine.
 // Hardware progresses by itself and needs nothing of the kind.
 type Progresser interface {
+	// Progress runs what has arrived and reports whether anything did.
+	// The caller becomes the process's poller (other goroutines of the
+	// provider stop polling, so that two do not fight for the cores) until
+	// it calls EndProgress.
 	Progress() bool
+	// EndProgress says the caller stopped polling (it is about to sleep,
+	// or its wait is over).
+	EndProgress()
 }
 
 // PD is a protection domain: memory regions and queue pairs made in one

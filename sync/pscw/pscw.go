@@ -276,6 +276,7 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 			}
 		}
 		b := p.f.NewLocalWait()
+		defer b.Done()
 		for len(p.pending) > 0 {
 			if err := p.failed(p.pending); err != nil {
 				return fmt.Errorf("pscw: start: waiting for a post: %w", err)
@@ -359,6 +360,7 @@ func (p *PSCW) Wait() error {
 		return ErrNotPosted
 	}
 	b := p.f.NewLocalWait()
+	defer b.Done()
 	for !p.done() {
 		if err := p.failed(p.exposure); err != nil {
 			return fmt.Errorf("pscw: wait: %w", err)
@@ -419,7 +421,10 @@ func (p *PSCW) failed(ranks []int) error {
 // progress polls the fabric's completion queue once, without blocking, so
 // that a broken connection is noticed (recorded as that peer's error) even
 // though this rank only polls its own memory.
-func (p *PSCW) progress() { p.f.Progress() }
+func (p *PSCW) progress() {
+	p.f.Progress()
+	p.f.EndProgress() // one step: Test does not wait
+}
 
 // checkGroup validates a group: ranks in [0, size), none twice. mark and
 // stamp make the duplicate check allocation-free.

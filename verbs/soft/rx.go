@@ -293,11 +293,12 @@ func spinFromEnv() (time.Duration, error) {
 // A spinner stops when nothing has arrived for spinFor; then the reader
 // goroutines sleep in the network poller again.
 type progress struct {
-	spinFor time.Duration // set at Open
-	mu      sync.Mutex
-	qps     atomic.Pointer[[]*qp] // connected queue pairs (copy on write, under mu)
-	token   atomic.Int32          // 0: nobody spins; spinReader; spinWaiter
-	waiters atomic.Int32          // goroutines in cq.Wait that want the token
+	spinFor  time.Duration // set at Open
+	mu       sync.Mutex
+	qps      atomic.Pointer[[]*qp] // connected queue pairs (copy on write, under mu)
+	token    atomic.Int32          // 0: nobody spins; spinReader; spinWaiter
+	waiters  atomic.Int32          // goroutines in cq.Wait that want the token
+	handover atomic.Bool           // a Progress caller wants the token
 }
 
 const (
@@ -408,9 +409,12 @@ func (g *progress) spinReader() {
 	if g.spinFor <= 0 || g.waiters.Load() > 0 || !g.token.CompareAndSwap(0, spinReader) {
 		return
 	}
-	defer g.token.Store(0)
+	defer func() {
+		g.handover.Store(false)
+		g.token.Store(0)
+	}()
 	end := time.Now().Add(g.spinFor)
-	for i := 1; g.waiters.Load() == 0; i++ {
+	for i := 1; g.waiters.Load() == 0 && !g.handover.Load(); i++ {
 		if g.pollAll() > 0 {
 			end = time.Now().Add(g.spinFor)
 		} else if i%8 == 0 && time.Now().After(end) {
@@ -457,19 +461,28 @@ func (q *qp) step(fr frameReader) bool {
 }
 
 // Progress runs what has arrived on the context's queue pairs
-// (verbs.Progresser), as a waiter: a spinning reader goroutine hands the
-// token over. It reports whether any frame ran.
+// (verbs.Progresser) as a waiter, which keeps the token until EndProgress:
+// a spinning reader goroutine is asked to hand it over (this call then
+// returns false; the next one polls). It reports whether any frame ran.
 func (c *context) Progress() bool {
 	g := &c.prog
 	if g.spinFor <= 0 {
 		return false
 	}
-	g.waiters.Add(1)
-	defer g.waiters.Add(-1)
-	if !g.token.CompareAndSwap(0, spinWaiter) {
-		return false // a reader is handing over, or another waiter spins
+	switch g.token.Load() {
+	case spinWaiter: // a waiting goroutine polls: this one, or another
+	case 0:
+		if !g.token.CompareAndSwap(0, spinWaiter) {
+			return false
+		}
+	default:
+		g.handover.Store(true)
+		return false
 	}
-	ran := g.pollAll()
-	g.token.Store(0)
-	return ran > 0
+	return g.pollAll() > 0
+}
+
+// EndProgress gives the token back (verbs.Progresser).
+func (c *context) EndProgress() {
+	c.prog.token.CompareAndSwap(spinWaiter, 0)
 }
