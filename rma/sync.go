@@ -351,9 +351,13 @@ func (win *Window[T]) UnlockAll() error {
 	return err
 }
 
-// checkGroup validates a group of ranks (in range, none twice) without
-// allocating; win.mu held.
+// checkGroup is the common check of Post and Start: the window is live and
+// group is a valid group of ranks (in range, none twice). It allocates
+// nothing; win.mu held.
 func (win *Window[T]) checkGroup(group []int) error {
+	if win.freed {
+		return ErrFreed
+	}
 	seen := win.inGroup
 	var err error
 	for _, r := range group {
@@ -377,9 +381,6 @@ func (win *Window[T]) checkGroup(group []int) error {
 func (win *Window[T]) Post(group []int, assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
-	}
 	if err := win.checkGroup(group); err != nil {
 		return err
 	}
@@ -405,9 +406,6 @@ func (win *Window[T]) Post(group []int, assert Assert) error {
 func (win *Window[T]) Start(group []int, assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
-	}
 	if err := win.checkGroup(group); err != nil {
 		return err
 	}
