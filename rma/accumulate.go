@@ -177,15 +177,13 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
-	win.mu.Lock()
-	defer win.mu.Unlock()
-	if err := win.check(target, disp, 1); err != nil {
+	if err := win.beginAtomics(target, disp, 1); err != nil {
 		return 0, err
 	}
+	defer win.endAtomics(target)
 	if err := win.checkWords(target, disp, 1); err != nil {
 		return 0, err
 	}
-	win.atomicsOn(target)
 	word, sh := win.wordOf(target, disp)
 	a := w.atom
 	guess := a.guessFor(target, word.Addr)
@@ -256,18 +254,13 @@ func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op)
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
-	win.mu.Lock()
-	defer win.mu.Unlock()
-	if err := win.check(target, disp, len(origin)); err != nil {
+	if err := win.beginAtomics(target, disp, len(origin)); err != nil || len(origin) == 0 {
 		return Request{}, err
 	}
-	if len(origin) == 0 {
-		return Request{}, nil
-	}
+	defer win.endAtomics(target)
 	if err := win.checkWords(target, disp, len(origin)); err != nil {
 		return Request{}, err
 	}
-	win.atomicsOn(target)
 	if win.esize == 8 && op == Sum && !isFloat[T]() {
 		seq, err := win.fetchAdd(origin, result, target, disp)
 		return Request{w: w, rank: target, seq: seq}, err

@@ -1,7 +1,6 @@
 package rma
 
 import (
-	"fmt"
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
@@ -35,24 +34,27 @@ func (win *Window[T]) PutSlice(origin []T, target int) error { return win.Put(or
 // displacement 0.
 func (win *Window[T]) GetSlice(origin []T, target int) error { return win.Get(origin, target, 0) }
 
-// check validates an access before anything goes on the wire.
+// check validates an access before anything goes on the wire; win.mu held.
 func (win *Window[T]) check(target, disp, count int) error {
-	if win.freed {
-		return ErrFreed
+	if win.freed || win.ep.freeing {
+		return win.errf(ErrFreed, "operation on a freed window")
 	}
 	if target < 0 || target >= len(win.remotes) {
-		return fmt.Errorf("%w: rank %d of %d", ErrRank, target, len(win.remotes))
+		return win.errf(ErrRank, "target rank %d in a job of %d ranks", target, len(win.remotes))
 	}
 	if !win.ep.canAccess(target) {
-		return fmt.Errorf("%w: window %d to rank %d (open one with Fence, Lock, LockAll or Start)", ErrNoEpoch, win.id, target)
+		return win.errf(ErrNoEpoch, "operation to rank %d: %s", target, win.ep.noAccess(target))
 	}
 	if n := win.remotes[target].count; disp < 0 || count < 0 || disp > n || count > n-disp {
-		return fmt.Errorf("%w: [%d, %d) in rank %d's window of %d elements", ErrRange, disp, disp+count, target, n)
+		return win.errf(ErrRange, "elements [%d, %d) of rank %d's window of %d elements", disp, disp+count, target, n)
 	}
 	return nil
 }
 
 // transfer posts a put or get and returns a request for its completion.
+// It holds win.mu while it posts (so that a concurrent Unlock, Complete or
+// Fence covers the operation or refuses it), which never waits for a peer:
+// at most for send-queue or bounce-buffer space, which the NIC frees.
 func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request, error) {
 	win.mu.Lock()
 	defer win.mu.Unlock()

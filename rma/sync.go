@@ -1,57 +1,14 @@
 package rma
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
 )
-
-// epochs is a window's synchronization state, a small state machine: which
-// access epochs are open (fence, lock per target, lock_all, PSCW access to a
-// group) and whether a PSCW exposure epoch is open. Operations need an
-// access epoch to their target; synchronization calls that do not fit the
-// state fail with an errors.Is-able error and change nothing.
-type epochs struct {
-	fence    bool    // a fence epoch is open (Fence without NoSucceed)
-	lockAll  bool    // LockAll held
-	lock     []uint8 // per target: lockNone, lockShared or lockExclusive
-	nlocks   int     // targets locked
-	started  []bool  // PSCW access epoch targets
-	access   bool    // a PSCW access epoch is open
-	exposure bool    // a PSCW exposure epoch is open
-}
-
-const (
-	lockNone uint8 = iota
-	lockShared
-	lockExclusive
-)
-
-func (e *epochs) init(size int) {
-	e.lock = make([]uint8, size)
-	e.started = make([]bool, size)
-}
-
-func (e *epochs) canAccess(target int) bool {
-	return e.fence || e.lockAll || e.lock[target] != lockNone || e.started[target]
-}
-
-// open names an open epoch, or "" if none is.
-func (e *epochs) open() string {
-	switch {
-	case e.lockAll:
-		return "LockAll is held"
-	case e.nlocks > 0:
-		return "a lock is held"
-	case e.access:
-		return "an access epoch (Start) is open"
-	case e.exposure:
-		return "an exposure epoch (Post) is open"
-	}
-	return ""
-}
 
 // LockType is the kind of a passive-target lock.
 type LockType uint8
@@ -64,10 +21,55 @@ const (
 	Shared
 )
 
+func (t LockType) String() string {
+	switch t {
+	case Exclusive:
+		return "Exclusive"
+	case Shared:
+		return "Shared"
+	}
+	return fmt.Sprintf("LockType(%d)", uint8(t))
+}
+
+// ErrLockType means Lock was given a lock type other than Exclusive and
+// Shared (an invalid argument: nothing was locked).
+var ErrLockType = errors.New("rma: invalid lock type")
+
 // NoCheck (Lock, LockAll, Post, Start): the program guarantees that no
 // conflicting lock is held or requested meanwhile, or that the matching
 // Post has already happened; the library skips the protocol's atomics.
 const NoCheck Assert = 1 << 7
+
+// errf is an error wrapping sentinel that names this rank and window.
+func (win *Window[T]) errf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: rank %d, window %d: %s", sentinel, win.w.Rank(), win.id, fmt.Sprintf(format, args...))
+}
+
+// wrapf wraps err, a failure of a call on this rank's window, with what
+// was being done.
+func (win *Window[T]) wrapf(err error, format string, args ...any) error {
+	return fmt.Errorf("rma: rank %d, window %d: %s: %w", win.w.Rank(), win.id, fmt.Sprintf(format, args...), err)
+}
+
+// liveLocked fails with ErrFreed if the window is freed or being freed;
+// win.mu held.
+func (win *Window[T]) liveLocked(call string) error {
+	if win.freed || win.ep.freeing {
+		return win.errf(ErrFreed, "%s on a freed window", call)
+	}
+	return nil
+}
+
+// syncCheck: the window is live and target a rank; win.mu held.
+func (win *Window[T]) syncCheck(call string, target int) error {
+	if err := win.liveLocked(call); err != nil {
+		return err
+	}
+	if target < 0 || target >= len(win.remotes) {
+		return win.errf(ErrRank, "%s(%d) in a job of %d ranks", call, target, len(win.remotes))
+	}
+	return nil
+}
 
 // Fence synchronizes the window collectively (MPI_Win_fence): every
 // operation this rank issued since the previous fence is complete when it
@@ -75,14 +77,35 @@ const NoCheck Assert = 1 << 7
 // every rank's puts into this rank's window are visible in Local. It opens
 // the next access epoch, unless assert has NoSucceed. It fails with
 // ErrEpochConflict while locks or a PSCW epoch are open.
+//
+// Fence is collective and, unlike the other methods, must not run
+// concurrently with other calls on the window: one goroutine per rank
+// calls it, after the goroutines that issued operations in the epoch are
+// done. Misuse is refused rather than deadlocking: a second goroutine's
+// Fence while one runs fails with ErrEpochConflict, and operations issued
+// while it runs fail with ErrNoEpoch.
 func (win *Window[T]) Fence(assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
+	if err := win.liveLocked("Fence"); err != nil {
+		return err
+	}
+	if win.ep.fence == fenceRunning {
+		return win.errf(ErrEpochConflict, "Fence while another goroutine's Fence is running (Fence is collective: call it from one goroutine of each rank)")
 	}
 	if e := win.ep.open(); e != "" {
-		return fmt.Errorf("%w: fence while %s", ErrEpochConflict, e)
+		return win.errf(ErrEpochConflict, "Fence while %s", e)
+	}
+	if assert&NoPrecede != 0 && win.ops {
+		return win.errf(ErrEpochOpen, "Fence(NoPrecede) after operations in this epoch (drop the NoPrecede assertion)")
+	}
+	prev := win.ep.fence
+	win.ep.fence = fenceRunning
+	var deadline time.Time
+	if err := win.waitInflight(-1, &deadline); err != nil {
+		win.ep.fence = prev
+		win.changedState()
+		return win.wrapf(err, "Fence waiting for other goroutines' accumulates to finish")
 	}
 	win.flushes = win.flushes[:0]
 	if assert&NoPrecede == 0 {
@@ -92,17 +115,24 @@ func (win *Window[T]) Fence(assert Assert) error {
 				win.reads[r] = false
 			}
 		}
-	} else if win.ops {
-		return fmt.Errorf("%w: fence with NoPrecede after operations", ErrEpochOpen)
 	}
-	err := win.fence.Sync(win.flushes, win.puts)
+	puts := win.puts
+	win.puts, win.ops = false, false
+	win.mu.Unlock()
+	err := win.fence.Sync(win.flushes, puts)
 	if err == nil {
 		err = win.w.drainStage()
 	}
-	win.puts = false
-	win.ops = false
-	win.ep.fence = assert&NoSucceed == 0
-	return err
+	win.mu.Lock()
+	win.ep.fence = fenceNone
+	if assert&NoSucceed == 0 {
+		win.ep.fence = fenceOpen
+	}
+	win.changedState()
+	if err != nil {
+		return win.wrapf(err, "Fence")
+	}
+	return nil
 }
 
 func (w *World) drainStage() error {
@@ -111,17 +141,15 @@ func (w *World) drainStage() error {
 	return w.stage.drain()
 }
 
-// flushLocked completes every operation this rank issued to target (all
-// ranks if target < 0): remote completion, and Get data in place.
-func (win *Window[T]) flushLocked(target int) error {
-	f := win.w.f
+// completeTo completes every operation this rank issued to target (all
+// ranks if target < 0): remote completion, and Get data in place. It waits
+// for the fabric, so win.mu must not be held.
+func (win *Window[T]) completeTo(target int) error {
 	var err error
 	if target < 0 {
-		err = f.FlushAll()
-		clear(win.reads)
+		err = win.w.f.FlushAll()
 	} else {
-		err = f.Flush(target)
-		win.reads[target] = false
+		err = win.w.f.Flush(target)
 	}
 	if err == nil {
 		err = win.w.drainStage()
@@ -131,41 +159,87 @@ func (win *Window[T]) flushLocked(target int) error {
 
 // Flush completes, at the target, every operation this rank issued to
 // rank target on this window: puts and accumulates are in its memory, gets
-// in their origin slices. It is valid inside passive-target (lock) epochs.
+// in their origin slices. It belongs in a passive-target epoch covering
+// target (Lock(target) or LockAll); rmago also accepts it inside a fence
+// or PSCW access epoch to target, where it completes the operations
+// early. With no access epoch to target it fails with ErrNoEpoch.
 func (win *Window[T]) Flush(target int) error {
 	win.mu.Lock()
-	defer win.mu.Unlock()
-	if err := win.syncCheck(target); err != nil {
+	if err := win.syncCheck("Flush", target); err != nil {
+		win.mu.Unlock()
 		return err
 	}
-	return win.flushLocked(target)
+	if !win.ep.canAccess(target) {
+		win.mu.Unlock()
+		return win.errf(ErrNoEpoch, "Flush(%d) outside an access epoch to rank %d: %s", target, target, win.ep.noAccess(target))
+	}
+	win.reads[target] = false
+	win.mu.Unlock()
+	if err := win.completeTo(target); err != nil {
+		return win.wrapf(err, "Flush(%d)", target)
+	}
+	return nil
 }
 
-// FlushAll is Flush to every rank.
+// FlushAll is Flush to every rank. It fails with ErrNoEpoch unless an
+// access epoch is open (LockAll, a lock on some rank, a fence or PSCW
+// access epoch).
 func (win *Window[T]) FlushAll() error {
 	win.mu.Lock()
-	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
+	if err := win.liveLocked("FlushAll"); err != nil {
+		win.mu.Unlock()
+		return err
 	}
-	return win.flushLocked(-1)
+	if !win.anyAccess() {
+		win.mu.Unlock()
+		return win.errf(ErrNoEpoch, "FlushAll outside an access epoch (open one with Lock, LockAll, Fence or Start first)")
+	}
+	clear(win.reads)
+	win.mu.Unlock()
+	if err := win.completeTo(-1); err != nil {
+		return win.wrapf(err, "FlushAll")
+	}
+	return nil
+}
+
+// anyAccess reports whether an access epoch to some rank is open; win.mu
+// held.
+func (win *Window[T]) anyAccess() bool {
+	if win.ep.lockAll == lockShared || win.ep.fence == fenceOpen || win.ep.access == sideOpen {
+		return true
+	}
+	if win.ep.nlocks > 0 {
+		for _, st := range win.ep.lock {
+			if held(st) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // FlushLocal completes this rank's operations to target locally: origin
 // buffers may be reused. On rmago it is Flush (remote completion implies
-// local completion, and costs the same round trip).
+// local completion, and costs the same round trip), with Flush's checks.
 func (win *Window[T]) FlushLocal(target int) error { return win.Flush(target) }
 
-// FlushLocalAll is FlushLocal to every rank.
+// FlushLocalAll is FlushLocal to every rank (FlushAll).
 func (win *Window[T]) FlushLocalAll() error { return win.FlushAll() }
+
+// isFreed reports whether the window is freed or being freed.
+func (win *Window[T]) isFreed() bool {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	return win.freed || win.ep.freeing
+}
 
 // Sync synchronizes this rank's view of its own window memory with the
 // changes peers made through the fabric (MPI_Win_sync): after it, plain
 // reads of Local see every change whose completion this rank has learned
 // of by synchronization (a flag read with LoadLocal, say).
 func (win *Window[T]) Sync() error {
-	if win.freed {
-		return ErrFreed
+	if win.isFreed() {
+		return win.errf(ErrFreed, "Sync on a freed window")
 	}
 	win.w.f.SyncMemory()
 	return nil
@@ -203,11 +277,11 @@ func (win *Window[T]) LoadLocal(i int) T {
 // leave the soft provider's progress to a goroutine woken for every
 // message.
 func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
-	if win.freed {
-		return ErrFreed
+	if win.isFreed() {
+		return win.errf(ErrFreed, "WaitLocal on a freed window")
 	}
 	if i < 0 || i >= len(win.local) {
-		return fmt.Errorf("%w: element %d of a window of %d", ErrRange, i, len(win.local))
+		return win.errf(ErrRange, "WaitLocal(%d) on a window of %d elements", i, len(win.local))
 	}
 	lw := win.w.f.NewLocalWait()
 	defer lw.Done()
@@ -217,17 +291,19 @@ func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
 			return nil
 		}
 		if !lw.Pause() {
-			return fmt.Errorf("%w: waiting on element %d of window %d", transport.ErrTimeout, i, win.id)
+			return win.wrapf(transport.ErrTimeout, "WaitLocal(%d): the condition did not hold after %v", i, win.w.f.Timeout())
 		}
 	}
 }
 
-func (win *Window[T]) syncCheck(target int) error {
-	if win.freed {
-		return ErrFreed
-	}
-	if target < 0 || target >= len(win.remotes) {
-		return fmt.Errorf("%w: rank %d of %d", ErrRank, target, len(win.remotes))
+// lockCheck refuses a Lock or LockAll that does not fit the window's open
+// epochs (whatever other goroutines do); win.mu held.
+func (win *Window[T]) lockCheck(call string) error {
+	switch {
+	case win.ep.fence != fenceNone:
+		return win.errf(ErrEpochConflict, "%s inside a fence epoch (end it with Fence(NoSucceed) first)", call)
+	case win.ep.access != sideNone:
+		return win.errf(ErrEpochConflict, "%s inside a PSCW access epoch (call Complete first)", call)
 	}
 	return nil
 }
@@ -235,54 +311,90 @@ func (win *Window[T]) syncCheck(target int) error {
 // Lock opens a passive-target access epoch to rank target (MPI_Win_lock):
 // Exclusive excludes every other lock on target, Shared only exclusive
 // ones. The target takes no part. Locks on several targets may be held at
-// once. It fails with ErrEpochConflict inside a fence or PSCW epoch or if
-// this rank already holds a lock on target.
+// once. It fails with ErrEpochConflict inside a fence or PSCW access epoch
+// and with ErrLockType for a type other than Exclusive and Shared.
+//
+// The epoch is the rank's, not the goroutine's: once Lock returns, every
+// goroutine of the rank may access target until Unlock. A Lock of a target
+// the rank already locks or holds (another goroutine's Lock), or while it
+// holds LockAll, waits until that is released, as a mutex would, so that
+// goroutines can each lock, access and unlock a target; the wait is
+// bounded by the fabric's timeout (then the error wraps
+// transport.ErrTimeout). A goroutine that locks a target twice without
+// unlocking in between therefore waits for the timeout.
 func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
+	if typ != Exclusive && typ != Shared {
+		return win.errf(ErrLockType, "Lock(%d, %v): use rma.Exclusive or rma.Shared", target, typ)
+	}
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.syncCheck(target); err != nil {
-		return err
+	var deadline time.Time
+	for {
+		if err := win.syncCheck("Lock", target); err != nil {
+			return err
+		}
+		if err := win.lockCheck("Lock"); err != nil {
+			return err
+		}
+		if win.ep.lockAll == lockNone && win.ep.lock[target] == lockNone {
+			break
+		}
+		what := "LockAll"
+		if win.ep.lockAll == lockNone {
+			what = fmt.Sprintf("its lock on rank %d", target)
+		}
+		if err := win.waitChange(&deadline); err != nil {
+			return win.wrapf(err, "Lock(%d, %v) waited for this rank to release %s (taken by another goroutine, or by this one without Unlock)",
+				target, typ, what)
+		}
 	}
-	switch {
-	case typ != Exclusive && typ != Shared:
-		return fmt.Errorf("%w: lock type %d", ErrEpochConflict, typ)
-	case win.ep.fence:
-		return fmt.Errorf("%w: Lock inside a fence epoch (end it with Fence(NoSucceed))", ErrEpochConflict)
-	case win.ep.access:
-		return fmt.Errorf("%w: Lock inside a PSCW access epoch", ErrEpochConflict)
-	case win.ep.lockAll:
-		return fmt.Errorf("%w: Lock while LockAll is held", ErrEpochConflict)
-	case win.ep.lock[target] != lockNone:
-		return fmt.Errorf("%w: rank %d is already locked", ErrEpochConflict, target)
-	}
+	win.ep.lock[target] = lockLocking
+	win.ep.nlocks++
 	lockFn := win.locks.Lock
 	if assert&NoCheck != 0 {
 		lockFn = win.locks.LockNoCheck
 	}
-	if err := lockFn(target, typ == Exclusive); err != nil {
-		return err
+	win.mu.Unlock()
+	err := lockFn(target, typ == Exclusive)
+	win.mu.Lock()
+	if err != nil {
+		win.ep.lock[target] = lockNone
+		win.ep.nlocks--
+		win.changedState()
+		return win.wrapf(err, "Lock(%d, %v)", target, typ)
 	}
 	win.noCheckLock[target] = assert&NoCheck != 0
 	win.ep.lock[target] = lockShared
 	if typ == Exclusive {
 		win.ep.lock[target] = lockExclusive
 	}
-	win.ep.nlocks++
 	return nil
 }
 
-// Unlock completes every operation to target (as Flush) and releases the
-// lock (MPI_Win_unlock). ErrNotLocked if no lock on target is held.
+// Unlock completes every operation this rank issued to target (as Flush)
+// and releases the lock (MPI_Win_unlock), whichever goroutine took it.
+// ErrNotLocked if the rank holds no lock on target (or its Lock has not
+// returned, or another goroutine is unlocking it). Operations to target
+// that other goroutines issue while Unlock runs are refused (ErrNoEpoch);
+// accumulates already running finish first.
 func (win *Window[T]) Unlock(target int) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.syncCheck(target); err != nil {
+	if err := win.syncCheck("Unlock", target); err != nil {
 		return err
 	}
-	typ := win.ep.lock[target]
-	if typ == lockNone {
-		return fmt.Errorf("%w: rank %d", ErrNotLocked, target)
+	st := win.ep.lock[target]
+	switch st {
+	case lockNone:
+		return win.errf(ErrNotLocked, "Unlock(%d) without a lock on rank %d (call Lock(%d) first)", target, target, target)
+	case lockLocking:
+		return win.errf(ErrNotLocked, "Unlock(%d) while another goroutine's Lock(%d) has not returned", target, target)
+	case lockUnlocking:
+		return win.errf(ErrNotLocked, "Unlock(%d) while another goroutine is unlocking rank %d", target, target)
 	}
+	win.ep.lock[target] = lockUnlocking
+	var deadline time.Time
+	err := win.waitInflight(target, &deadline)
 	// The release atomic follows this rank's puts to target down the same
 	// queue pair, which executes them in order, and its completion (which
 	// Unlock waits for) implies theirs: puts need no separate flush round
@@ -290,79 +402,119 @@ func (win *Window[T]) Unlock(target int) error {
 	// (IB orders them before later requests only with a fence), and a
 	// writer let in by the release would tear it. A NoCheck lock has no
 	// atomic to wait for.
-	var err error
-	if win.noCheckLock[target] || win.reads[target] {
+	flush := win.noCheckLock[target] || win.reads[target]
+	win.reads[target] = false
+	win.mu.Unlock()
+	if err == nil && flush {
 		err = win.w.f.Flush(target)
 	}
 	if err == nil {
-		err = win.locks.Unlock(target, typ == lockExclusive)
+		err = win.locks.Unlock(target, st == lockExclusive)
 	}
-	win.reads[target] = false
 	if err == nil {
 		err = win.w.drainStage()
 	}
+	win.mu.Lock()
 	win.ep.lock[target] = lockNone
 	win.ep.nlocks--
 	win.ops = win.ep.nlocks > 0 && win.ops
-	return err
+	win.changedState()
+	if err != nil {
+		return win.wrapf(err, "Unlock(%d)", target)
+	}
+	return nil
 }
 
 // LockAll opens a shared passive-target epoch to every rank
-// (MPI_Win_lock_all) with one remote atomic, whatever the job size.
+// (MPI_Win_lock_all) with one remote atomic, whatever the job size. Like
+// Lock, it is the rank's epoch: while another goroutine holds (or takes)
+// LockAll or a lock on any rank, it waits until they are released, bounded
+// by the fabric's timeout.
 func (win *Window[T]) LockAll(assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
+	var deadline time.Time
+	for {
+		if err := win.liveLocked("LockAll"); err != nil {
+			return err
+		}
+		if err := win.lockCheck("LockAll"); err != nil {
+			return err
+		}
+		if win.ep.lockAll == lockNone && win.ep.nlocks == 0 {
+			break
+		}
+		what := win.ep.open()
+		if err := win.waitChange(&deadline); err != nil {
+			return win.wrapf(err, "LockAll waited while %s (by another goroutine, or by this one)", what)
+		}
 	}
-	switch {
-	case win.ep.fence:
-		return fmt.Errorf("%w: LockAll inside a fence epoch (end it with Fence(NoSucceed))", ErrEpochConflict)
-	case win.ep.access || win.ep.lockAll || win.ep.nlocks > 0:
-		return fmt.Errorf("%w: LockAll while %s", ErrEpochConflict, win.ep.open())
-	}
+	win.ep.lockAll = lockLocking
 	lockAll := win.locks.LockAll
 	if assert&NoCheck != 0 {
 		lockAll = win.locks.LockAllNoCheck
 	}
-	if err := lockAll(); err != nil {
-		return err
+	win.mu.Unlock()
+	err := lockAll()
+	win.mu.Lock()
+	if err != nil {
+		win.ep.lockAll = lockNone
+		win.changedState()
+		return win.wrapf(err, "LockAll")
 	}
-	win.ep.lockAll = true
+	win.ep.lockAll = lockShared
 	return nil
 }
 
-// UnlockAll completes every operation and releases LockAll.
+// UnlockAll completes every operation and releases LockAll, whichever
+// goroutine took it. ErrNotLocked if LockAll is not held.
 func (win *Window[T]) UnlockAll() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
+	if err := win.liveLocked("UnlockAll"); err != nil {
+		return err
 	}
-	if !win.ep.lockAll {
-		return fmt.Errorf("%w: UnlockAll without LockAll", ErrNotLocked)
+	switch win.ep.lockAll {
+	case lockNone:
+		return win.errf(ErrNotLocked, "UnlockAll without LockAll (call LockAll first)")
+	case lockLocking:
+		return win.errf(ErrNotLocked, "UnlockAll while another goroutine's LockAll has not returned")
+	case lockUnlocking:
+		return win.errf(ErrNotLocked, "UnlockAll while another goroutine's UnlockAll is running")
 	}
-	err := win.flushLocked(-1)
+	win.ep.lockAll = lockUnlocking
+	var deadline time.Time
+	err := win.waitInflight(-1, &deadline)
+	clear(win.reads)
+	win.mu.Unlock()
+	if err == nil {
+		err = win.completeTo(-1)
+	}
 	if err == nil {
 		err = win.locks.UnlockAll()
 	}
-	win.ep.lockAll = false
+	win.mu.Lock()
+	win.ep.lockAll = lockNone
 	win.ops = false
-	return err
+	win.changedState()
+	if err != nil {
+		return win.wrapf(err, "UnlockAll")
+	}
+	return nil
 }
 
 // checkGroup is the common check of Post and Start: the window is live and
 // group is a valid group of ranks (in range, none twice). It allocates
 // nothing; win.mu held.
-func (win *Window[T]) checkGroup(group []int) error {
-	if win.freed {
-		return ErrFreed
+func (win *Window[T]) checkGroup(call string, group []int) error {
+	if err := win.liveLocked(call); err != nil {
+		return err
 	}
 	seen := win.inGroup
-	var err error
+	bad := false
 	for _, r := range group {
 		if r < 0 || r >= len(seen) || seen[r] {
-			err = fmt.Errorf("%w: %v", ErrGroup, group)
+			bad = true
 			break
 		}
 		seen[r] = true
@@ -372,87 +524,143 @@ func (win *Window[T]) checkGroup(group []int) error {
 			seen[r] = false
 		}
 	}
-	return err
+	if bad {
+		return win.errf(ErrGroup, "%s(%v): ranks must be in [0, %d), each at most once", call, group, len(seen))
+	}
+	return nil
 }
 
 // Post opens an exposure epoch of this rank's window to the ranks in group
 // (MPI_Win_post): they may access it after their matching Start, until
-// Wait. It tells each of them with one remote atomic.
+// Wait. It tells each of them with one remote atomic. The window has one
+// exposure epoch at a time: a Post while another goroutine's exposure
+// epoch is open waits until Wait (or Test) ends it, bounded by the
+// fabric's timeout. It fails with ErrEpochConflict inside a fence epoch.
 func (win *Window[T]) Post(group []int, assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.checkGroup(group); err != nil {
+	if err := win.checkGroup("Post", group); err != nil {
 		return err
 	}
-	if win.ep.exposure {
-		return fmt.Errorf("%w: Post while an exposure epoch is open", ErrEpochConflict)
+	var deadline time.Time
+	for {
+		if err := win.liveLocked("Post"); err != nil {
+			return err
+		}
+		if win.ep.fence != fenceNone {
+			return win.errf(ErrEpochConflict, "Post inside a fence epoch (end it with Fence(NoSucceed) first)")
+		}
+		if win.ep.exposure == sideNone {
+			break
+		}
+		if err := win.waitChange(&deadline); err != nil {
+			return win.wrapf(err, "Post waited for the open exposure epoch to end (call Wait; a second Post needs the first one's Wait)")
+		}
 	}
-	if win.ep.fence {
-		return fmt.Errorf("%w: Post inside a fence epoch", ErrEpochConflict)
-	}
+	win.ep.exposure = sideOpening
 	post := win.pscw.Post
 	if assert&NoCheck != 0 {
 		post = win.pscw.PostNoCheck
 	}
-	if err := post(group); err != nil {
-		return err
+	win.mu.Unlock()
+	err := post(group)
+	win.mu.Lock()
+	win.ep.exposure = sideOpen
+	if err != nil {
+		win.ep.exposure = sideNone
 	}
-	win.ep.exposure = true
+	win.changedState()
+	if err != nil {
+		return win.wrapf(err, "Post(%v)", group)
+	}
 	return nil
 }
 
 // Start opens an access epoch to the ranks in group (MPI_Win_start); it
-// waits until each of them has posted a matching exposure epoch.
+// waits until each of them has posted a matching exposure epoch. The
+// window has one access epoch at a time: a Start while another goroutine's
+// access epoch is open (or starting) waits until Complete ends it; both
+// waits are bounded by the fabric's timeout. It fails with
+// ErrEpochConflict inside a fence or passive-target epoch.
 func (win *Window[T]) Start(group []int, assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.checkGroup(group); err != nil {
+	if err := win.checkGroup("Start", group); err != nil {
 		return err
 	}
-	if win.ep.access || win.ep.fence || win.ep.lockAll || win.ep.nlocks > 0 {
-		return fmt.Errorf("%w: Start while %s", ErrEpochConflict, cmpOr(win.ep.open(), "a fence epoch is open"))
+	var deadline time.Time
+	for {
+		if err := win.liveLocked("Start"); err != nil {
+			return err
+		}
+		switch {
+		case win.ep.fence != fenceNone:
+			return win.errf(ErrEpochConflict, "Start inside a fence epoch (end it with Fence(NoSucceed) first)")
+		case win.ep.lockAll != lockNone || win.ep.nlocks > 0:
+			return win.errf(ErrEpochConflict, "Start while %s", win.ep.open())
+		}
+		if win.ep.access == sideNone {
+			break
+		}
+		if err := win.waitChange(&deadline); err != nil {
+			return win.wrapf(err, "Start(%v) waited for the open access epoch to end (call Complete; a second Start needs the first one's Complete)", group)
+		}
 	}
+	win.ep.access = sideOpening
 	start := win.pscw.Start
 	if assert&NoCheck != 0 {
 		start = win.pscw.StartNoCheck
 	}
-	if err := start(group); err != nil {
-		return err
+	win.mu.Unlock()
+	err := start(group)
+	win.mu.Lock()
+	if err != nil {
+		win.ep.access = sideNone
+		win.changedState()
+		return win.wrapf(err, "Start(%v)", group)
 	}
-	win.ep.access = true
+	win.ep.access = sideOpen
 	for _, r := range group {
 		win.ep.started[r] = true
 	}
 	return nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-// Complete ends the access epoch (MPI_Win_complete): every operation to
-// the group is complete at its target, and each target is told with one
-// remote atomic ordered after this rank's puts to it.
+// Complete ends the access epoch (MPI_Win_complete), whichever goroutine
+// started it: every operation to the group is complete at its target, and
+// each target is told with one remote atomic ordered after this rank's
+// puts to it. Operations that other goroutines issue while it runs are
+// refused (ErrNoEpoch); accumulates already running finish first.
 func (win *Window[T]) Complete() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
+	if err := win.liveLocked("Complete"); err != nil {
+		return err
 	}
-	if !win.ep.access {
-		return ErrNotStarted
+	switch win.ep.access {
+	case sideNone:
+		return win.errf(ErrNotStarted, "Complete without an access epoch (call Start first)")
+	case sideOpening:
+		return win.errf(ErrNotStarted, "Complete while another goroutine's Start has not returned")
+	case sideClosing:
+		return win.errf(ErrNotStarted, "Complete while another goroutine's Complete is running")
 	}
+	win.ep.access = sideClosing
+	var deadline time.Time
+	err := win.waitInflight(-1, &deadline)
 	// Gets and atomics must be complete here; puts are ordered before the
 	// completion atomic by the queue pair.
-	var err error
+	win.cflush = win.cflush[:0]
 	for r, yes := range win.reads {
 		if yes && win.ep.started[r] {
-			if e := win.flushLocked(r); e != nil && err == nil {
-				err = e
-			}
+			win.cflush = append(win.cflush, r)
+			win.reads[r] = false
+		}
+	}
+	win.mu.Unlock()
+	for _, r := range win.cflush {
+		if err == nil {
+			err = win.w.f.Flush(r)
 		}
 	}
 	if err == nil {
@@ -461,46 +669,83 @@ func (win *Window[T]) Complete() error {
 	if err == nil {
 		err = win.pscw.Complete()
 	}
-	win.ep.access = false
+	win.mu.Lock()
+	win.ep.access = sideNone
 	clear(win.ep.started)
 	win.ops = false
 	win.puts = false
-	return err
+	win.changedState()
+	if err != nil {
+		return win.wrapf(err, "Complete")
+	}
+	return nil
 }
 
-// Wait ends the exposure epoch (MPI_Win_wait): it returns once every rank
-// of the posted group has completed its access epoch, and their puts are
-// in Local.
+// Wait ends the exposure epoch (MPI_Win_wait), whichever goroutine posted
+// it: it returns once every rank of the posted group has completed its
+// access epoch, and their puts are in Local. It waits without blocking the
+// window's other calls (another goroutine's Start, Complete or
+// operations). ErrNotPosted without an open exposure epoch, or while
+// another goroutine's Post has not returned or its Wait is running.
 func (win *Window[T]) Wait() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
-	}
-	if !win.ep.exposure {
-		return ErrNotPosted
-	}
-	if err := win.pscw.Wait(); err != nil {
+	if err := win.exposureCheck("Wait"); err != nil {
 		return err
 	}
-	win.ep.exposure = false
+	win.ep.exposure = sideClosing
+	win.mu.Unlock()
+	err := win.pscw.Wait()
+	win.mu.Lock()
+	win.ep.exposure = sideNone
+	if err != nil {
+		win.ep.exposure = sideOpen // a Wait that timed out leaves the epoch open
+	}
+	win.changedState()
+	if err != nil {
+		return win.wrapf(err, "Wait")
+	}
+	return nil
+}
+
+// exposureCheck: an exposure epoch is open and no other goroutine is
+// opening or ending it; win.mu held.
+func (win *Window[T]) exposureCheck(call string) error {
+	if err := win.liveLocked(call); err != nil {
+		return err
+	}
+	switch win.ep.exposure {
+	case sideNone:
+		return win.errf(ErrNotPosted, "%s without an exposure epoch (call Post first)", call)
+	case sideOpening:
+		return win.errf(ErrNotPosted, "%s while another goroutine's Post has not returned", call)
+	case sideClosing:
+		return win.errf(ErrNotPosted, "%s while another goroutine's Wait is running", call)
+	}
 	return nil
 }
 
 // Test is the non-blocking Wait: it reports whether the exposure epoch has
-// ended (and ends it if so).
+// ended (and ends it if so). While another goroutine's Wait is running it
+// reports false: that Wait ends the epoch.
 func (win *Window[T]) Test() (bool, error) {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return false, ErrFreed
+	if win.ep.exposure == sideClosing && !win.freed && !win.ep.freeing {
+		return false, nil
 	}
-	if !win.ep.exposure {
-		return false, ErrNotPosted
+	if err := win.exposureCheck("Test"); err != nil {
+		return false, err
 	}
+	// pscw.Test does not wait: it checks a local word and polls the
+	// fabric once.
 	done, err := win.pscw.Test()
-	if done && err == nil {
-		win.ep.exposure = false
+	if err != nil {
+		return false, win.wrapf(err, "Test")
 	}
-	return done, err
+	if done {
+		win.ep.exposure = sideNone
+		win.changedState()
+	}
+	return done, nil
 }

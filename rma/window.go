@@ -64,8 +64,11 @@ const (
 
 // Window is memory of every rank exposed for one-sided access, with
 // elements of type T. Its methods are safe for concurrent use by several
-// goroutines of a rank, except that synchronization calls (Fence, Free)
-// must not run concurrently with operations on the same window.
+// goroutines of a rank, except the collective Fence and Free, which one
+// goroutine of each rank calls while no other call on the window runs
+// (misuse is refused with an error, not a deadlock). Epochs belong to the
+// window, as in MPI they belong to the process: an epoch one goroutine
+// opens may be used and closed by others. See docs/api.md, "Concurrency".
 type Window[T Number] struct {
 	w     *World
 	id    uint16
@@ -83,14 +86,18 @@ type Window[T Number] struct {
 	locks   lockProtocol
 	pscw    pscwProtocol
 
+	// mu guards the fields below. It is held for a state transition or to
+	// post an operation, never while waiting for a peer (see epochs).
 	mu          sync.Mutex
 	ep          epochs
-	ops         bool   // operations issued since the last synchronization
-	puts        bool   // puts issued since the last synchronization
-	reads       []bool // per rank: reads or atomics to flush at the next synchronization
-	inGroup     []bool // per rank: checkGroup's scratch, all false between calls
-	flushes     []int  // scratch for the fence
-	noCheckLock []bool // per target: the lock was taken with NoCheck
+	changed     chan struct{} // closed when ep changes, if a goroutine waits for that (waitChange)
+	ops         bool          // operations issued since the last synchronization
+	puts        bool          // puts issued since the last synchronization
+	reads       []bool        // per rank: reads or atomics to flush at the next synchronization
+	inGroup     []bool        // per rank: checkGroup's scratch, all false between calls
+	flushes     []int         // scratch for the fence
+	cflush      []int         // scratch for Complete
+	noCheckLock []bool        // per target: the lock was taken with NoCheck
 	freed       bool
 }
 
@@ -222,6 +229,7 @@ func (win *Window[T]) setup() error {
 	}
 	win.locks, win.pscw = newProtocols(win.ctrl)
 	win.flushes = make([]int, 0, size)
+	win.cflush = make([]int, 0, size)
 	return nil
 }
 
@@ -256,43 +264,59 @@ func (win *Window[T]) World() *World { return win.w }
 // Free releases the window on every rank: a barrier (so no rank still
 // accesses this one), then deregistration, and for allocated windows the
 // memory is unmapped (Local must not be used after). It fails with
-// ErrEpochOpen, leaving the window usable, if operations are still
-// incomplete (synchronize first). It is collective.
+// ErrEpochOpen, leaving the window usable, while an epoch other than a
+// fence epoch is open or operations are incomplete (the error says which
+// call ends it). It is collective and, like Fence, must not run
+// concurrently with other calls on the window: operations issued while it
+// runs fail with ErrFreed.
 func (win *Window[T]) Free() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.freed {
-		return ErrFreed
+	if err := win.liveLocked("Free"); err != nil {
+		return err
 	}
-	if win.ops {
-		return fmt.Errorf("%w: operations since the last synchronization; call Fence first", ErrEpochOpen)
-	}
-	if e := win.ep.open(); e != "" {
-		return fmt.Errorf("%w: %s", ErrEpochOpen, e)
+	switch e := win.ep.open(); {
+	case e != "":
+		return win.errf(ErrEpochOpen, "Free while %s", e)
+	case win.ep.fence == fenceRunning:
+		return win.errf(ErrEpochOpen, "Free while a Fence is running (Free and Fence are collective: call them from one goroutine of each rank)")
+	case win.ep.ninflight > 0:
+		return win.errf(ErrEpochOpen, "Free while other goroutines' accumulates are running")
+	case win.ops:
+		return win.errf(ErrEpochOpen, "Free after operations that no synchronization completed yet (call Fence(NoSucceed) first)")
 	}
 	if err := win.w.check(); err != nil {
 		return err
 	}
-	win.freed = true
+	win.ep.freeing = true
+	win.changedState()
+	win.mu.Unlock()
 	err := win.fence.Sync(nil, false)
 	win.w.unregister(win)
+	win.mu.Lock()
 	win.release()
-	return err
+	if err != nil {
+		return win.wrapf(err, "Free")
+	}
+	return nil
 }
 
 // quiesce completes this rank's outstanding work on the window (pending
 // operations, PSCW post atomics), errors ignored: the job is ending.
 func (win *Window[T]) quiesce() {
 	win.mu.Lock()
-	defer win.mu.Unlock()
-	win.flushLocked(-1)
-	if win.pscw != nil {
-		win.pscw.Close()
-		win.pscw = nil
+	clear(win.reads)
+	p := win.pscw
+	win.pscw = nil
+	win.mu.Unlock()
+	win.completeTo(-1)
+	if p != nil {
+		p.Close()
 	}
 }
 
-// release deregisters and frees (or unpins) the window's memory.
+// release deregisters and frees (or unpins) the window's memory; win.mu
+// held, or the window not yet shared.
 func (win *Window[T]) release() {
 	win.freed = true
 	if win.mr != nil {

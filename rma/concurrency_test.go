@@ -1,0 +1,324 @@
+package rma_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rmago/rmago/rma"
+	"github.com/rmago/rmago/rma/rmatest"
+	"github.com/rmago/rmago/transport"
+)
+
+// shortTimeout bounds every wait of the ranks of the tests that follow
+// (rmatest.Timeout, restored when the test ends), so that a deadlock fails
+// the test with a timeout error instead of hanging it.
+func shortTimeout(t *testing.T, d time.Duration) {
+	old := rmatest.Timeout
+	rmatest.Timeout = d
+	t.Cleanup(func() { rmatest.Timeout = old })
+}
+
+// goroutines runs fn(g) for g in [0, n) on n goroutines and joins their errors.
+func goroutines(n int, fn func(g int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(g); err != nil {
+				errs[g] = fmt.Errorf("goroutine %d: %w", g, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// lockedIncrement adds one to element i of rank t's window with a
+// read-modify-write (Get, Flush, Put) under an exclusive lock: correct only
+// if the lock excludes every other goroutine of every rank.
+func lockedIncrement(win *rma.Window[int64], buf []int64, t, i int) error {
+	if err := win.Lock(t, rma.Exclusive, 0); err != nil {
+		return err
+	}
+	err := errors.Join(win.Get(buf, t, i), win.Flush(t))
+	if err == nil {
+		buf[0]++
+		err = win.Put(buf, t, i)
+	}
+	return errors.Join(err, win.Unlock(t))
+}
+
+// TestConcurrentLockThreads: two ranks, each with four goroutines that
+// lock (exclusive), read-modify-write a counter, and unlock, alternating
+// between the rank itself and its peer. Before windows were safe for
+// goroutines, a Lock waiting for a remote lock held the window's mutex, so
+// the holder's Unlock (another goroutine of the rank holding it) blocked
+// behind it and every rank hung until the timeout; a second goroutine's
+// Lock of a target the rank held failed at once. Now a goroutine's Lock on
+// a target its rank holds waits for the release, like a mutex, and the
+// counters are exact.
+func TestConcurrentLockThreads(t *testing.T) {
+	shortTimeout(t, 15*time.Second)
+	const ranks, gs, iters = 2, 4, 25
+	rmatest.Run(t, ranks, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		err = goroutines(gs, func(g int) error {
+			buf := make([]int64, 1)
+			for i := range iters {
+				if err := lockedIncrement(win, buf, (w.Rank()+g+i)%ranks, 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		if got, want := win.LoadLocal(0), int64(gs*iters); got != want {
+			return fmt.Errorf("counter %d, want %d", got, want)
+		}
+		return win.Free()
+	})
+}
+
+// TestConcurrentPSCW: three ranks, each with two goroutines exposing its
+// window to the other two (Post, Wait) and two goroutines accessing the
+// other two (Start, Put, Accumulate, Complete), concurrently. Before, a
+// goroutine in Wait held the window's mutex while the peers' completions
+// were awaited, so this rank's own Start and Complete (which those peers'
+// Waits need) blocked behind it: every rank hung until the timeout. Now
+// Wait and Start wait without it; the window's access epochs (and its
+// exposure epochs) follow one another, and the data is exact.
+func TestConcurrentPSCW(t *testing.T) {
+	shortTimeout(t, 15*time.Second)
+	const ranks, gs, iters = 3, 2, 10
+	rmatest.Run(t, ranks, func(w *rma.World) error {
+		me := w.Rank()
+		others := make([]int, 0, ranks-1)
+		for r := range ranks {
+			if r != me {
+				others = append(others, r)
+			}
+		}
+		// Slots [0, ranks): accumulated epoch counts per origin; slots
+		// ranks + origin*gs + g: the last iteration origin's goroutine g put.
+		win, err := rma.Allocate[int64](w, ranks+ranks*gs)
+		if err != nil {
+			return err
+		}
+		err = goroutines(2*gs, func(g int) error {
+			if g < gs { // exposure
+				for range iters {
+					if err := errors.Join(win.Post(others, 0), win.Wait()); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			g -= gs
+			for i := range iters {
+				if err := win.Start(others, 0); err != nil {
+					return err
+				}
+				for _, r := range others {
+					if err := errors.Join(win.Put([]int64{int64(i + 1)}, r, ranks+me*gs+g),
+						win.Accumulate([]int64{1}, r, me, rma.Sum)); err != nil {
+						return err
+					}
+				}
+				if err := win.Complete(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		for _, o := range others {
+			if got, want := win.LoadLocal(o), int64(gs*iters); got != want {
+				return fmt.Errorf("%d epochs from rank %d, want %d", got, o, want)
+			}
+			for g := range gs {
+				if got := win.Local()[ranks+o*gs+g]; got != iters {
+					return fmt.Errorf("rank %d goroutine %d's last put is %d, want %d", o, g, got, iters)
+				}
+			}
+		}
+		return win.Free()
+	})
+}
+
+// TestConcurrentMixed: four ranks, each with goroutines that take
+// exclusive and shared locks on every rank (read-modify-write under the
+// exclusive ones, atomics and gets under the shared ones), one that takes
+// LockAll, and two that run PSCW epochs with the partner rank (r^1) on a
+// second window. Before, any Lock or Start waiting for a peer held its
+// window's mutex and the job hung until the timeout.
+func TestConcurrentMixed(t *testing.T) {
+	shortTimeout(t, 20*time.Second)
+	const ranks, iters = 4, 12
+	rmatest.Run(t, ranks, func(w *rma.World) error {
+		me := w.Rank()
+		// locked: [0] counter under exclusive locks, [1] atomic counter,
+		// [2] LockAll's atomic counter.
+		locked, err := rma.Allocate[int64](w, 3)
+		if err != nil {
+			return err
+		}
+		pscw, err := rma.Allocate[int64](w, 2)
+		if err != nil {
+			return err
+		}
+		partner := []int{me ^ 1}
+		err = goroutines(6, func(g int) error {
+			buf := make([]int64, 1)
+			for i := range iters {
+				t := (me + g + i) % ranks
+				var err error
+				switch g {
+				case 0, 1:
+					err = lockedIncrement(locked, buf, t, 0)
+				case 2:
+					err = errors.Join(locked.Lock(t, rma.Shared, 0),
+						locked.Accumulate([]int64{1}, t, 1, rma.Sum),
+						locked.Get(buf, t, 1), locked.Unlock(t))
+				case 3:
+					if err = locked.LockAll(0); err == nil {
+						_, err = locked.FetchAndOp(1, t, 2, rma.Sum)
+						err = errors.Join(err, locked.FlushAll(), locked.UnlockAll())
+					}
+				case 4:
+					err = errors.Join(pscw.Post(partner, 0), pscw.Wait())
+				case 5:
+					err = errors.Join(pscw.Start(partner, 0), pscw.Accumulate([]int64{1}, partner[0], 0, rma.Sum),
+						pscw.Put([]int64{int64(i + 1)}, partner[0], 1), pscw.Complete())
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		// Each rank's three lock goroutines and its LockAll goroutine visit
+		// every target iters/ranks times each.
+		per := int64(iters / ranks * ranks)
+		want := []int64{2 * per, per, per}
+		for i, v := range want {
+			if got := locked.LoadLocal(i); got != v {
+				return fmt.Errorf("locked[%d] = %d, want %d", i, got, v)
+			}
+		}
+		if got := pscw.LoadLocal(0); got != iters {
+			return fmt.Errorf("%d PSCW epochs from rank %d, want %d", got, partner[0], iters)
+		}
+		if got := pscw.Local()[1]; got != iters {
+			return fmt.Errorf("last PSCW put %d, want %d", got, iters)
+		}
+		return errors.Join(locked.Free(), pscw.Free())
+	})
+}
+
+// TestLockWaitsForOtherGoroutine: a goroutine's Lock of a target its rank
+// holds waits until the holder (another goroutine) unlocks, then succeeds.
+func TestLockWaitsForOtherGoroutine(t *testing.T) {
+	shortTimeout(t, 10*time.Second)
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			if err := win.Lock(1, rma.Exclusive, 0); err != nil {
+				return err
+			}
+			locked := make(chan error)
+			go func() { locked <- win.Lock(1, rma.Shared, 0) }()
+			select {
+			case err := <-locked:
+				return fmt.Errorf("second goroutine's Lock returned %v while the lock was held", err)
+			case <-time.After(50 * time.Millisecond): // it waits, as it should
+			}
+			if err := win.Unlock(1); err != nil {
+				return err
+			}
+			if err := <-locked; err != nil {
+				return fmt.Errorf("second goroutine's Lock after Unlock: %v", err)
+			}
+			if err := win.Unlock(1); err != nil {
+				return err
+			}
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		return win.Free()
+	})
+}
+
+// TestLockTwiceTimesOut: a Lock of a target the rank holds, which nobody
+// releases, fails after the fabric's timeout with an error wrapping
+// transport.ErrTimeout (not a hang), and leaves the window usable; so does
+// a Start while an access epoch is open and a Post while an exposure epoch
+// is open. One rank, so that no peer waits meanwhile.
+func TestLockTwiceTimesOut(t *testing.T) {
+	shortTimeout(t, time.Second)
+	rmatest.Run(t, 1, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		me := []int{0}
+		if err := win.Lock(0, rma.Shared, 0); err != nil {
+			return err
+		}
+		if err := win.Lock(0, rma.Exclusive, 0); !errors.Is(err, transport.ErrTimeout) {
+			return fmt.Errorf("second Lock of a held target: %v, want ErrTimeout", err)
+		}
+		if err := win.LockAll(0); !errors.Is(err, transport.ErrTimeout) {
+			return fmt.Errorf("LockAll while a lock is held: %v, want ErrTimeout", err)
+		}
+		if err := errors.Join(win.Put([]int64{7}, 0, 0), win.Unlock(0)); err != nil {
+			return err
+		}
+		if err := win.Post(me, 0); err != nil {
+			return err
+		}
+		if err := win.Post(me, 0); !errors.Is(err, transport.ErrTimeout) {
+			return fmt.Errorf("second Post: %v, want ErrTimeout", err)
+		}
+		if err := win.Start(me, 0); err != nil {
+			return err
+		}
+		if err := win.Start(me, 0); !errors.Is(err, transport.ErrTimeout) {
+			return fmt.Errorf("second Start: %v, want ErrTimeout", err)
+		}
+		if err := errors.Join(win.Accumulate([]int64{1}, 0, 0, rma.Sum), win.Complete(), win.Wait()); err != nil {
+			return err
+		}
+		if got := win.Local()[0]; got != 8 {
+			return fmt.Errorf("window holds %d, want 8", got)
+		}
+		return win.Free()
+	})
+}
