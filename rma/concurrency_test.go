@@ -322,3 +322,125 @@ func TestLockTwiceTimesOut(t *testing.T) {
 		return win.Free()
 	})
 }
+
+// TestConcurrencyStress: 2 to 4 ranks, each with 4 or 8 goroutines mixing,
+// on one window, exclusive-lock read-modify-writes, shared-lock
+// accumulates and puts, LockAll accumulates, puts, flushes and gets, and
+// on a second window PSCW epochs with a partner rank (disjoint pairs
+// {0,1}, {2,3}; a rank without a partner exposes to itself). Every
+// counter, every last put and every get is checked exactly.
+func TestConcurrencyStress(t *testing.T) {
+	shortTimeout(t, 20*time.Second)
+	for _, tc := range []struct{ ranks, gs int }{{2, 8}, {3, 4}, {4, 8}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.ranks, tc.gs), func(t *testing.T) {
+			stress(t, tc.ranks, tc.gs)
+		})
+	}
+}
+
+func stress(t *testing.T, ranks, gs int) {
+	const iters = 12 // a multiple of every job size: each goroutine visits each target equally
+	// Window A: [0] exclusive read-modify-write counter, [1] accumulated
+	// count, [2+o*gs+g] the last value origin o's goroutine g put.
+	const slots = 2
+	rmatest.Run(t, ranks, func(w *rma.World) error {
+		me := w.Rank()
+		a, err := rma.Allocate[int64](w, slots+ranks*gs)
+		if err != nil {
+			return err
+		}
+		// Window B (PSCW): [0] accumulated epochs, [1] last put.
+		b, err := rma.Allocate[int64](w, 2)
+		if err != nil {
+			return err
+		}
+		partner := []int{me ^ 1}
+		if partner[0] >= ranks {
+			partner[0] = me
+		}
+		err = goroutines(gs, func(g int) error {
+			buf := make([]int64, 1)
+			mine := slots + me*gs + g
+			for i := range iters {
+				tgt := (me + g + i) % ranks
+				val := []int64{int64(i + 1)}
+				var err error
+				switch g % 4 {
+				case 0:
+					err = lockedIncrement(a, buf, tgt, 0)
+				case 1:
+					if err = a.Lock(tgt, rma.Shared, 0); err == nil {
+						var old int64
+						old, err = a.FetchAndOp(0, tgt, 1, rma.NoOp)
+						if err == nil && old < 0 {
+							err = fmt.Errorf("counter %d", old)
+						}
+						err = errors.Join(err, a.Accumulate([]int64{1}, tgt, 1, rma.Sum), a.Put(val, tgt, mine), a.Unlock(tgt))
+					}
+				case 2:
+					if err = a.LockAll(0); err == nil {
+						req, rerr := a.RAccumulate([]int64{1}, tgt, 1, rma.Sum)
+						err = errors.Join(rerr, req.Wait(), a.Put(val, tgt, mine), a.Flush(tgt), a.Get(buf, tgt, mine), a.FlushAll())
+						if err == nil && buf[0] != val[0] {
+							err = fmt.Errorf("got %d back from rank %d after putting %d", buf[0], tgt, val[0])
+						}
+						err = errors.Join(err, a.UnlockAll())
+					}
+				case 3:
+					p := partner[0]
+					access := func() error {
+						return errors.Join(b.Start(partner, 0), b.Accumulate([]int64{1}, p, 0, rma.Sum), b.Put(val, p, 1), b.Complete())
+					}
+					switch {
+					case gs < 8: // one PSCW goroutine: both sides in turn
+						err = errors.Join(b.Post(partner, 0), access(), b.Wait())
+					case g < 4:
+						err = errors.Join(b.Post(partner, 0), b.Wait())
+					default:
+						err = access()
+					}
+				}
+				if err != nil {
+					return fmt.Errorf("iteration %d: %w", i, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		per := int64(gs / 4 * iters) // per role, the visits every rank gets
+		if got := a.LoadLocal(0); got != per {
+			return fmt.Errorf("exclusive counter %d, want %d", got, per)
+		}
+		if got := a.LoadLocal(1); got != 2*per {
+			return fmt.Errorf("accumulated count %d, want %d", got, 2*per)
+		}
+		for o := range ranks {
+			for g := range gs {
+				if g%4 != 1 && g%4 != 2 {
+					continue
+				}
+				var want int64
+				for i := range iters {
+					if (o+g+i)%ranks == me {
+						want = int64(i + 1)
+					}
+				}
+				if got := a.Local()[slots+o*gs+g]; got != want {
+					return fmt.Errorf("rank %d goroutine %d's last put %d, want %d", o, g, got, want)
+				}
+			}
+		}
+		if got, want := b.LoadLocal(0), int64(iters); got != want {
+			return fmt.Errorf("%d PSCW epochs from rank %d, want %d", got, partner[0], want)
+		}
+		if got := b.Local()[1]; got != iters {
+			return fmt.Errorf("last PSCW put %d, want %d", got, iters)
+		}
+		return errors.Join(a.Free(), b.Free())
+	})
+}
