@@ -444,3 +444,57 @@ func stress(t *testing.T, ranks, gs int) {
 		return errors.Join(a.Free(), b.Free())
 	})
 }
+
+// TestFenceMisuseConcurrent: Fence is collective and not for concurrent
+// use, but misuse gives errors, not a deadlock: of two goroutines of rank 0
+// calling Fence at once, one runs it and the other fails at once with
+// ErrEpochConflict; while it runs, a Put fails with ErrNoEpoch, Free with
+// ErrEpochOpen and LockAll with ErrEpochConflict. Rank 1 enters its Fence
+// only after rank 0 has checked all that, so the running Fence cannot have
+// finished meanwhile. In-process only (the ranks share a channel).
+func TestFenceMisuseConcurrent(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("in-process only")
+	}
+	shortTimeout(t, 10*time.Second)
+	checked := make(chan struct{})
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		if w.Rank() == 1 {
+			<-checked
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+		} else {
+			results := make(chan error, 2)
+			for range 2 {
+				go func() { results <- win.Fence(0) }()
+			}
+			first := <-results
+			err := errors.Join(
+				expectErr("second concurrent Fence", first, rma.ErrEpochConflict),
+				expectErr("Put during Fence", win.Put([]int64{1}, 1, 0), rma.ErrNoEpoch),
+				expectErr("Free during Fence", win.Free(), rma.ErrEpochOpen),
+				expectErr("LockAll during Fence", win.LockAll(0), rma.ErrEpochConflict))
+			close(checked)
+			if err := errors.Join(err, <-results); err != nil {
+				return err
+			}
+		}
+		if err := win.Fence(rma.NoSucceed); err != nil {
+			return err
+		}
+		return win.Free()
+	})
+}
+
+// expectErr checks that err wraps want.
+func expectErr(what string, err, want error) error {
+	if !errors.Is(err, want) {
+		return fmt.Errorf("%s: got %v, want %v", what, err, want)
+	}
+	return nil
+}

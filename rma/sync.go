@@ -646,6 +646,7 @@ func (win *Window[T]) Complete() error {
 		return win.errf(ErrNotStarted, "Complete while another goroutine's Complete is running")
 	}
 	win.ep.access = sideClosing
+	p := win.pscw
 	var deadline time.Time
 	err := win.waitInflight(-1, &deadline)
 	// Gets and atomics must be complete here; puts are ordered before the
@@ -667,7 +668,7 @@ func (win *Window[T]) Complete() error {
 		err = win.w.drainStage()
 	}
 	if err == nil {
-		err = win.pscw.Complete()
+		err = p.Complete()
 	}
 	win.mu.Lock()
 	win.ep.access = sideNone
@@ -694,8 +695,9 @@ func (win *Window[T]) Wait() error {
 		return err
 	}
 	win.ep.exposure = sideClosing
+	p := win.pscw
 	win.mu.Unlock()
-	err := win.pscw.Wait()
+	err := p.Wait()
 	win.mu.Lock()
 	win.ep.exposure = sideNone
 	if err != nil {
