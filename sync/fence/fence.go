@@ -40,7 +40,9 @@ type Fence struct {
 func New(f *transport.Fabric, id uint16) *Fence { return &Fence{f: f, id: id} }
 
 // Sync runs one fence. flush lists the ranks with reads or atomics to
-// complete; put says whether this rank put data since the last fence.
+// complete; put says whether this rank put data since the last fence. It
+// must not run concurrently with itself on one Fence (package rma refuses
+// a second goroutine's Fence while one runs).
 func (x *Fence) Sync(flush []int, put bool) error {
 	for _, r := range flush {
 		if err := x.f.Flush(r); err != nil {

@@ -91,7 +91,12 @@
 //
 // The exposure side (Post, Wait, Test) and the access side (Start,
 // Complete) keep separate state and may be driven by two goroutines at
-// once; calls of one side must not run concurrently. Misuse (ErrNotStarted,
+// once; calls of one side must not run concurrently. Package rma ensures
+// both for a window used by many goroutines: each side has one epoch at a
+// time, opened and closed under the window's state machine, and its calls
+// run without the window's mutex, so that a Wait or a Start blocking here
+// never keeps another goroutine's Complete or Post (which peers may be
+// waiting for) from running. Misuse (ErrNotStarted,
 // ErrNotPosted, ErrEpochOpen, ErrGroup) changes nothing. A fabric error
 // during Post or Complete leaves the counters undefined (the job is
 // expected to end, as MPI's errors are fatal by default).
