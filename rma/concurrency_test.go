@@ -498,3 +498,91 @@ func expectErr(what string, err, want error) error {
 	}
 	return nil
 }
+
+// TestUnlockCoversConcurrentOps: the epoch is the rank's. Rank 0's main
+// goroutine locks rank 1; worker goroutines accumulate and put to rank 1
+// under that lock until the main goroutine's Unlock (called while they
+// run) refuses them with ErrNoEpoch. Every operation that was accepted is
+// complete at rank 1 once Unlock returns, none accepted after: the counter
+// equals the accepted accumulates exactly, and each worker's slot holds its
+// last accepted put.
+func TestUnlockCoversConcurrentOps(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("in-process only")
+	}
+	shortTimeout(t, 15*time.Second)
+	const workers, maxIters = 4, 100000
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 1+workers)
+		if err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			if err := win.Lock(1, rma.Exclusive, 0); err != nil {
+				return err
+			}
+			accepted := make([]int64, workers)
+			lastPut := make([]int64, workers)
+			started := make(chan struct{}, workers)
+			err := goroutines(workers+1, func(g int) error {
+				if g == workers { // the main goroutine's part: Unlock while the workers run
+					for range workers {
+						<-started
+					}
+					return win.Unlock(1)
+				}
+				var res [1]int64
+				for i := range maxIters {
+					var err error
+					if g%2 == 0 {
+						err = win.Accumulate([]int64{1}, 1, 0, rma.Sum) // fetch-add, completed by Unlock's flush
+					} else {
+						err = win.GetAccumulate([]int64{1}, res[:], 1, 0, rma.Sum) // waits for its round trip
+					}
+					if err == nil {
+						accepted[g]++
+						if err = win.Put([]int64{int64(i + 1)}, 1, 1+g); err == nil {
+							lastPut[g] = int64(i + 1)
+						}
+					}
+					if i == 3 {
+						started <- struct{}{}
+					}
+					if err != nil {
+						if !errors.Is(err, rma.ErrNoEpoch) {
+							return err
+						}
+						if i < 3 {
+							started <- struct{}{}
+						}
+						return nil
+					}
+				}
+				return fmt.Errorf("still accepted after %d iterations", maxIters)
+			})
+			if err != nil {
+				return err
+			}
+			var total int64
+			for _, n := range accepted {
+				total += n
+			}
+			buf := make([]int64, 1+workers)
+			if err := errors.Join(win.Lock(1, rma.Shared, 0), win.Get(buf, 1, 0), win.Unlock(1)); err != nil {
+				return err
+			}
+			if buf[0] != total {
+				return fmt.Errorf("counter %d, but %d accumulates were accepted", buf[0], total)
+			}
+			for g := range workers {
+				if buf[1+g] != lastPut[g] {
+					return fmt.Errorf("worker %d's slot %d, its last accepted put %d", g, buf[1+g], lastPut[g])
+				}
+			}
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		return win.Free()
+	})
+}

@@ -394,7 +394,11 @@ func (win *Window[T]) Unlock(target int) error {
 	}
 	win.ep.lock[target] = lockUnlocking
 	var deadline time.Time
-	err := win.waitInflight(target, &deadline)
+	if err := win.waitInflight(target, &deadline); err != nil {
+		win.ep.lock[target] = st // still held: Unlock may be called again
+		win.changedState()
+		return win.wrapf(err, "Unlock(%d) waiting for accumulates to rank %d to finish", target, target)
+	}
 	// The release atomic follows this rank's puts to target down the same
 	// queue pair, which executes them in order, and its completion (which
 	// Unlock waits for) implies theirs: puts need no separate flush round
@@ -405,7 +409,8 @@ func (win *Window[T]) Unlock(target int) error {
 	flush := win.noCheckLock[target] || win.reads[target]
 	win.reads[target] = false
 	win.mu.Unlock()
-	if err == nil && flush {
+	var err error
+	if flush {
 		err = win.w.f.Flush(target)
 	}
 	if err == nil {
@@ -484,12 +489,14 @@ func (win *Window[T]) UnlockAll() error {
 	}
 	win.ep.lockAll = lockUnlocking
 	var deadline time.Time
-	err := win.waitInflight(-1, &deadline)
+	if err := win.waitInflight(-1, &deadline); err != nil {
+		win.ep.lockAll = lockShared // still held: UnlockAll may be called again
+		win.changedState()
+		return win.wrapf(err, "UnlockAll waiting for accumulates to finish")
+	}
 	clear(win.reads)
 	win.mu.Unlock()
-	if err == nil {
-		err = win.completeTo(-1)
-	}
+	err := win.completeTo(-1)
 	if err == nil {
 		err = win.locks.UnlockAll()
 	}
@@ -648,7 +655,11 @@ func (win *Window[T]) Complete() error {
 	win.ep.access = sideClosing
 	p := win.pscw
 	var deadline time.Time
-	err := win.waitInflight(-1, &deadline)
+	if err := win.waitInflight(-1, &deadline); err != nil {
+		win.ep.access = sideOpen // still open: Complete may be called again
+		win.changedState()
+		return win.wrapf(err, "Complete waiting for accumulates to finish")
+	}
 	// Gets and atomics must be complete here; puts are ordered before the
 	// completion atomic by the queue pair.
 	win.cflush = win.cflush[:0]
@@ -659,6 +670,7 @@ func (win *Window[T]) Complete() error {
 		}
 	}
 	win.mu.Unlock()
+	var err error
 	for _, r := range win.cflush {
 		if err == nil {
 			err = win.w.f.Flush(r)
