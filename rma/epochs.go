@@ -100,6 +100,10 @@ func (e *epochs) noAccess(target int) string {
 		return "Complete is running"
 	case e.access == sideOpen:
 		return fmt.Sprintf("rank %d is not in the group of the open access epoch (Start)", target)
+	case e.nlocks > 0:
+		return fmt.Sprintf("this rank holds no lock on rank %d, only on others (call Lock(%d) first)", target, target)
+	case e.exposure != sideNone:
+		return "an exposure epoch (Post) gives this rank no access to others: open an access epoch with Start, Lock, LockAll or Fence"
 	}
 	return "open one with Fence, Lock, LockAll or Start"
 }
