@@ -182,9 +182,6 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 	if err := win.check(target, disp, 1); err != nil {
 		return 0, err
 	}
-	if err := win.checkWords(target, disp, 1); err != nil {
-		return 0, err
-	}
 	win.atomicsOn(target)
 	word, sh := win.wordOf(target, disp)
 	a := w.atom
@@ -215,30 +212,19 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 	}
 }
 
-// ErrAlign means an atomic operation would touch an 8-byte word that is
-// not wholly inside the target's registered window: only possible with
-// created windows of elements smaller than 8 bytes whose slice does not
-// start or end on an 8-byte boundary. Allocated windows never have it.
-var ErrAlign = errors.New("rma: atomic on a window edge that is not 8-byte aligned")
-
-// checkWords checks that the words holding [disp, disp+count) lie inside
-// rank target's registered memory.
-func (win *Window[T]) checkWords(target, disp, count int) error {
-	rw := &win.remotes[target]
-	first := (rw.addr + uint64(disp*win.esize)) &^ 7
-	last := (rw.addr + uint64((disp+count)*win.esize) + 7) &^ 7
-	if first < rw.addr || last > rw.addr+rw.regLen {
-		return fmt.Errorf("%w: elements [%d, %d) of rank %d", ErrAlign, disp, disp+count, target)
-	}
-	return nil
-}
+// ErrAlign means Create was given a slice whose elements are not aligned to
+// their size (only possible through unsafe, or with 8-byte elements on a
+// 32-bit machine): an element could straddle two of the 8-byte words the
+// NIC's atomics work on. Atomics work on every element of every window
+// Allocate or Create returns.
+var ErrAlign = errors.New("rma: window memory not aligned to its element size")
 
 // wordOf is the 8-byte word of rank target's window holding element disp,
 // and the element's byte offset in it.
 func (win *Window[T]) wordOf(target, disp int) (transport.Remote, uint) {
 	rw := &win.remotes[target]
 	addr := rw.addr + uint64(disp*win.esize)
-	return transport.Remote{Addr: addr &^ 7, RKey: rw.rkey}, uint(addr & 7)
+	return transport.Remote{Addr: addr &^ 7, RKey: rw.akey}, uint(addr & 7)
 }
 
 func errSizes(origin, result int) error {
@@ -263,9 +249,6 @@ func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op)
 	}
 	if len(origin) == 0 {
 		return Request{}, nil
-	}
-	if err := win.checkWords(target, disp, len(origin)); err != nil {
-		return Request{}, err
 	}
 	win.atomicsOn(target)
 	if win.esize == 8 && op == Sum && !isFloat[T]() {
