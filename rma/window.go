@@ -194,7 +194,7 @@ const (
 func (win *Window[T]) setup(failed error) error {
 	w := win.w
 	if err := w.check(); err != nil {
-		return err
+		return fmt.Errorf("%w: rank %d cannot create a window after Close", err, w.Rank())
 	}
 	size := w.Size()
 	var desc [descLen]byte
