@@ -239,3 +239,30 @@ func TestCreationFailsOnEveryRank(t *testing.T) {
 		return win.Free()
 	})
 }
+
+// TestClosedWorld: after Close, creating a window and Barrier fail with
+// ErrClosed naming the rank, and so does a second Close.
+func TestClosedWorld(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("in-process only")
+	}
+	errs := rmatest.Start(2, func(w *rma.World) error {
+		if err := w.Close(); err != nil {
+			return err
+		}
+		_, allocErr := rma.Allocate[int32](w, 1)
+		_, createErr := rma.Create(w, make([]int32, 1))
+		want := fmt.Sprintf("rma: world closed: rank %d already called Close; windows and barriers need an open World", w.Rank())
+		for i, err := range []error{allocErr, createErr, w.Barrier()} {
+			if !errors.Is(err, rma.ErrClosed) || err.Error() != want {
+				return fmt.Errorf("call %d after Close: %v, want %q", i, err, want)
+			}
+		}
+		return nil // rmatest.Start closes again
+	})
+	for r, err := range errs {
+		if want := fmt.Sprintf("rma: world closed: rank %d called Close twice", r); !errors.Is(err, rma.ErrClosed) || err.Error() != want {
+			t.Errorf("rank %d: %v, want %q", r, err, want)
+		}
+	}
+}

@@ -194,7 +194,7 @@ const (
 func (win *Window[T]) setup(failed error) error {
 	w := win.w
 	if err := w.check(); err != nil {
-		return fmt.Errorf("%w: rank %d cannot create a window after Close", err, w.Rank())
+		return err
 	}
 	size := w.Size()
 	var desc [descLen]byte

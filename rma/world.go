@@ -205,7 +205,7 @@ func (w *World) Close() error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return ErrClosed
+		return fmt.Errorf("%w: rank %d called Close twice", ErrClosed, w.Rank())
 	}
 	w.closed = true
 	left := w.open
@@ -230,7 +230,7 @@ func (w *World) check() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return fmt.Errorf("%w: rank %d already called Close; windows and barriers need an open World", ErrClosed, w.Rank())
 	}
 	return nil
 }
