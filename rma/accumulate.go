@@ -147,8 +147,8 @@ func (win *Window[T]) Accumulate(origin []T, target, disp int, op Op) error {
 
 // GetAccumulate is Accumulate that also returns, in result, the target's
 // elements as they were just before (len(result) must equal len(origin)).
-// With NoOp it is an atomic read of the target. It returns complete.
-// With NoOp origin's values are ignored, but its length still counts.
+// With NoOp it is an atomic read of the target (origin's values are
+// ignored, but it must still have result's length). It returns complete.
 func (win *Window[T]) GetAccumulate(origin, result []T, target, disp int, op Op) error {
 	err := checkOp[T](op, true)
 	if err == nil && len(result) != len(origin) {
