@@ -275,7 +275,11 @@ func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) (uint64, er
 		ops := a.ops[:n]
 		for i := range ops {
 			word, _ := win.wordOf(target, disp+start+i)
-			ops[i] = transport.Atomic{Op: verbs.OpFetchAdd, Local: a.local(i), Remote: word, CompareAdd: bitsOf(origin[start+i])}
+			land := a.sink() // not waited for: must not land where later results do
+			if result != nil {
+				land = a.local(i)
+			}
+			ops[i] = transport.Atomic{Op: verbs.OpFetchAdd, Local: land, Remote: word, CompareAdd: bitsOf(origin[start+i])}
 		}
 		seq, err := w.f.PostAtomics(target, ops)
 		if err != nil {

@@ -233,3 +233,55 @@ func TestAtomicsOnEdgeKeepOutsideStores(t *testing.T) {
 		return win.Free()
 	})
 }
+
+// TestUnwaitedFetchAddsKeepResults: Accumulate(Sum) on int64 posts
+// fetch-adds without waiting for them; their old values must not land on
+// the results of the atomics that follow to other ranks (a compare-and-swap
+// increment that read a stale result would add twice or not at all). Rank 0
+// interleaves both, to ranks 1 and 2, and both counters end exact.
+func TestUnwaitedFetchAddsKeepResults(t *testing.T) {
+	const k = 300
+	rmatest.Run(t, 3, func(w *rma.World) error {
+		win, err := rma.Create(w, make([]int64, 2))
+		if err != nil {
+			return err
+		}
+		if err := win.LockAll(0); err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			for i := range k {
+				a, b := 1+i%2, 2-i%2 // alternate the targets' roles
+				if err := win.Accumulate([]int64{1 << 20}, a, 0, rma.Sum); err != nil {
+					return err
+				}
+				old, err := win.FetchAndOp(0, b, 1, rma.NoOp)
+				if err != nil {
+					return err
+				}
+				for {
+					got, err := win.CompareAndSwap(old, old+1, b, 1)
+					if err != nil {
+						return err
+					}
+					if got == old {
+						break
+					}
+					old = got
+				}
+			}
+		}
+		if err := win.UnlockAll(); err != nil {
+			return err
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		if w.Rank() != 0 {
+			if want := []int64{k / 2 << 20, k / 2}; !slices.Equal(win.Local(), want) {
+				return fmt.Errorf("counters %v, want %v", win.Local(), want)
+			}
+		}
+		return win.Free()
+	})
+}
