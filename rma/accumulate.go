@@ -26,18 +26,19 @@ const (
 	NoOp                  // target unchanged (GetAccumulate: an atomic read)
 )
 
-var opNames = [...]string{"invalid", "Sum", "Prod", "Min", "Max", "BAnd", "BOr", "BXor", "Replace", "NoOp"}
+var opNames = [...]string{"", "Sum", "Prod", "Min", "Max", "BAnd", "BOr", "BXor", "Replace", "NoOp"}
 
 func (o Op) String() string {
-	if int(o) < len(opNames) {
+	if o >= Sum && int(o) < len(opNames) {
 		return opNames[o]
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
-// ErrOp means the operation is not defined for the window's element type
-// (bitwise operations on floats, NoOp where a change is required).
-var ErrOp = errors.New("rma: operation not defined for this element type")
+// ErrOp means a valid operation that this call or the window's element type
+// does not allow (bitwise operations on floats, NoOp where a change is
+// required). An Op value that is no operation at all is ErrInvalidOp.
+var ErrOp = errors.New("rma: operation not defined here")
 
 func isFloat[T Number]() bool {
 	var one T = 1
@@ -47,11 +48,12 @@ func isFloat[T Number]() bool {
 func checkOp[T Number](op Op, noOpOK bool) error {
 	switch {
 	case op < Sum || op > NoOp:
-		return fmt.Errorf("%w: %v", ErrOp, op)
+		return fmt.Errorf("%w: %v is none of Sum, Prod, Min, Max, BAnd, BOr, BXor, Replace, NoOp", ErrInvalidOp, op)
 	case op == NoOp && !noOpOK:
 		return fmt.Errorf("%w: NoOp changes nothing; use GetAccumulate or FetchAndOp for an atomic read", ErrOp)
 	case (op == BAnd || op == BOr || op == BXor) && isFloat[T]():
-		return fmt.Errorf("%w: %v on a floating-point window", ErrOp, op)
+		var zero T
+		return fmt.Errorf("%w: %v is for integer windows; this window's elements are %T", ErrOp, op, zero)
 	}
 	return nil
 }
@@ -136,26 +138,26 @@ func withElem[T Number](w uint64, sh uint, v T) uint64 {
 // target when it returns, except Sum on 8-byte integers, which completes at
 // the next synchronization.
 func (win *Window[T]) Accumulate(origin []T, target, disp int, op Op) error {
-	if err := checkOp[T](op, false); err != nil {
-		return err
+	err := checkOp[T](op, false)
+	if err == nil {
+		err = win.accumulate(origin, nil, target, disp, op)
 	}
-	return win.accumulate(origin, nil, target, disp, op)
+	return win.accErr("Accumulate", op, target, disp, err)
 }
 
 // GetAccumulate is Accumulate that also returns, in result, the target's
 // elements as they were just before (len(result) must equal len(origin)).
-// With NoOp it is an atomic read of the target. It returns complete.
+// With NoOp it is an atomic read of the target (origin's values are
+// ignored, but it must still have result's length). It returns complete.
 func (win *Window[T]) GetAccumulate(origin, result []T, target, disp int, op Op) error {
-	if err := checkOp[T](op, true); err != nil {
-		return err
+	err := checkOp[T](op, true)
+	if err == nil && len(result) != len(origin) {
+		err = errSizes(len(origin), len(result))
 	}
-	if len(result) != len(origin) {
-		return errSizes(len(origin), len(result))
+	if err == nil {
+		err = win.accumulate(origin, result, target, disp, op)
 	}
-	if op == NoOp && len(origin) == 0 && len(result) > 0 {
-		return nil
-	}
-	return win.accumulate(origin, result, target, disp, op)
+	return win.accErr("GetAccumulate", op, target, disp, err)
 }
 
 // FetchAndOp applies op with value to one element of rank target's window
@@ -163,17 +165,22 @@ func (win *Window[T]) GetAccumulate(origin, result []T, target, disp int, op Op)
 func (win *Window[T]) FetchAndOp(value T, target, disp int, op Op) (T, error) {
 	var in, out [1]T
 	in[0] = value
-	if err := checkOp[T](op, true); err != nil {
-		return 0, err
+	err := checkOp[T](op, true)
+	if err == nil {
+		err = win.accumulate(in[:], out[:], target, disp, op)
 	}
-	err := win.accumulate(in[:], out[:], target, disp, op)
-	return out[0], err
+	return out[0], win.accErr("FetchAndOp", op, target, disp, err)
 }
 
 // CompareAndSwap sets element disp of rank target's window to value if it
 // equals compare, atomically, and returns the element's previous value
 // (equal to compare when the swap happened).
 func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, error) {
+	old, err := win.compareAndSwap(compare, value, target, disp)
+	return old, win.callErr("CompareAndSwap", target, disp, err)
+}
+
+func (win *Window[T]) compareAndSwap(compare, value T, target, disp int) (T, error) {
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
@@ -181,9 +188,6 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 		return 0, err
 	}
 	defer win.endAtomics(target)
-	if err := win.checkWords(target, disp, 1); err != nil {
-		return 0, err
-	}
 	word, sh := win.wordOf(target, disp)
 	a := w.atom
 	guess := a.guessFor(target, word.Addr)
@@ -213,34 +217,23 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 	}
 }
 
-// ErrAlign means an atomic operation would touch an 8-byte word that is
-// not wholly inside the target's registered window: only possible with
-// created windows of elements smaller than 8 bytes whose slice does not
-// start or end on an 8-byte boundary. Allocated windows never have it.
-var ErrAlign = errors.New("rma: atomic on a window edge that is not 8-byte aligned")
-
-// checkWords checks that the words holding [disp, disp+count) lie inside
-// rank target's registered memory.
-func (win *Window[T]) checkWords(target, disp, count int) error {
-	rw := &win.remotes[target]
-	first := (rw.addr + uint64(disp*win.esize)) &^ 7
-	last := (rw.addr + uint64((disp+count)*win.esize) + 7) &^ 7
-	if first < rw.addr || last > rw.addr+rw.regLen {
-		return fmt.Errorf("%w: elements [%d, %d) of rank %d", ErrAlign, disp, disp+count, target)
-	}
-	return nil
-}
+// ErrAlign means Create was given a slice whose elements are not aligned to
+// their size (only possible through unsafe, or with 8-byte elements on a
+// 32-bit machine): an element could straddle two of the 8-byte words the
+// NIC's atomics work on. Atomics work on every element of every window
+// Allocate or Create returns.
+var ErrAlign = errors.New("rma: window memory not aligned to its element size")
 
 // wordOf is the 8-byte word of rank target's window holding element disp,
 // and the element's byte offset in it.
 func (win *Window[T]) wordOf(target, disp int) (transport.Remote, uint) {
 	rw := &win.remotes[target]
 	addr := rw.addr + uint64(disp*win.esize)
-	return transport.Remote{Addr: addr &^ 7, RKey: rw.rkey}, uint(addr & 7)
+	return transport.Remote{Addr: addr &^ 7, RKey: rw.akey}, uint(addr & 7)
 }
 
 func errSizes(origin, result int) error {
-	return fmt.Errorf("%w: %d origin elements, %d result elements", ErrSize, origin, result)
+	return fmt.Errorf("%w: %d origin elements but %d result elements; give result the origin's length", ErrSize, origin, result)
 }
 
 func (win *Window[T]) accumulate(origin, result []T, target, disp int, op Op) error {
@@ -258,9 +251,6 @@ func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op)
 		return Request{}, err
 	}
 	defer win.endAtomics(target)
-	if err := win.checkWords(target, disp, len(origin)); err != nil {
-		return Request{}, err
-	}
 	if win.esize == 8 && op == Sum && !isFloat[T]() {
 		seq, err := win.fetchAdd(origin, result, target, disp)
 		return Request{w: w, rank: target, seq: seq}, err
@@ -278,7 +268,11 @@ func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) (uint64, er
 		ops := a.ops[:n]
 		for i := range ops {
 			word, _ := win.wordOf(target, disp+start+i)
-			ops[i] = transport.Atomic{Op: verbs.OpFetchAdd, Local: a.local(i), Remote: word, CompareAdd: bitsOf(origin[start+i])}
+			land := a.sink() // not waited for: must not land where later results do
+			if result != nil {
+				land = a.local(i)
+			}
+			ops[i] = transport.Atomic{Op: verbs.OpFetchAdd, Local: land, Remote: word, CompareAdd: bitsOf(origin[start+i])}
 		}
 		seq, err := w.f.PostAtomics(target, ops)
 		if err != nil {

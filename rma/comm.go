@@ -1,6 +1,7 @@
 package rma
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
@@ -15,7 +16,7 @@ const maxChunk = 256 << 20
 // and origin must not be modified before then.
 func (win *Window[T]) Put(origin []T, target, disp int) error {
 	_, err := win.transfer(true, origin, target, disp)
-	return err
+	return win.callErr("Put", target, disp, err)
 }
 
 // Get reads len(origin) elements of rank target's window, starting at
@@ -23,7 +24,7 @@ func (win *Window[T]) Put(origin []T, target, disp int) error {
 // synchronization that ends the epoch; do not read origin before then.
 func (win *Window[T]) Get(origin []T, target, disp int) error {
 	_, err := win.transfer(false, origin, target, disp)
-	return err
+	return win.callErr("Get", target, disp, err)
 }
 
 // PutSlice writes the whole of origin into rank target's window at
@@ -35,18 +36,24 @@ func (win *Window[T]) PutSlice(origin []T, target int) error { return win.Put(or
 func (win *Window[T]) GetSlice(origin []T, target int) error { return win.Get(origin, target, 0) }
 
 // check validates an access before anything goes on the wire; win.mu held.
+// Zero-length accesses are checked alike: disp may then be anything from 0
+// to the target's length, as for an empty Go slice s[disp:disp].
 func (win *Window[T]) check(target, disp, count int) error {
-	if win.freed || win.ep.freeing {
-		return win.errf(ErrFreed, "operation on a freed window")
+	if win.freed {
+		return fmt.Errorf("%w: window %d was freed; create a new one", ErrFreed, win.id)
+	}
+	if win.ep.freeing {
+		return fmt.Errorf("%w: window %d is being freed (Free is running)", ErrFreed, win.id)
 	}
 	if target < 0 || target >= len(win.remotes) {
-		return win.errf(ErrRank, "target rank %d in a job of %d ranks", target, len(win.remotes))
+		return fmt.Errorf("%w: the job's ranks are 0 to %d", ErrRank, len(win.remotes)-1)
 	}
 	if !win.ep.canAccess(target) {
-		return win.errf(ErrNoEpoch, "operation to rank %d: %s", target, win.ep.noAccess(target))
+		return fmt.Errorf("%w: window %d has none open to rank %d; %s", ErrNoEpoch, win.id, target, win.ep.noAccess(target))
 	}
 	if n := win.remotes[target].count; disp < 0 || count < 0 || disp > n || count > n-disp {
-		return win.errf(ErrRange, "elements [%d, %d) of rank %d's window of %d elements", disp, disp+count, target, n)
+		return fmt.Errorf("%w: elements [%d, %d) are not all inside rank %d's window %d of %d elements (see LenAt)",
+			ErrRange, disp, disp+count, target, win.id, n)
 	}
 	return nil
 }

@@ -32,10 +32,13 @@
 // Put(origin, target, disp) writes len(origin) elements into rank target's
 // window starting at element disp; Get(origin, target, disp) reads them.
 // PutSlice and GetSlice are the whole-slice forms at displacement 0.
-// Operations are checked before anything goes on the wire: the target rank
-// must exist, [disp, disp+len) must lie inside the target's window, and an
-// access epoch must be open (a Fence opens one). Zero-length operations do
-// nothing and succeed.
+// Operations are checked before anything goes on the wire: the window must
+// not be freed, the target rank must exist, an access epoch to it must be
+// open (a Fence opens one), and [disp, disp+len) must lie inside the
+// target's window. Zero-length operations are checked the same way, with
+// disp anywhere from 0 to the target's length (as for an empty Go slice
+// s[disp:disp]); they then do nothing: no data moves and nothing is left
+// to complete.
 //
 // An operation is complete when the epoch closes: after the next Fence the
 // data of a Put is in the target's memory and the data of a Get in the
@@ -45,6 +48,10 @@
 // # Errors
 //
 // Errors are values and wrap the package's sentinels (ErrRank, ErrRange,
-// ErrNoEpoch, ...) and, for failures on the wire, the verbs and transport
-// sentinels; test them with errors.Is.
+// ErrNoEpoch, ErrInvalidOp, ...) and, for failures on the wire, the verbs
+// and transport sentinels; test them with errors.Is. An operation's error
+// names the call, the calling and target ranks and the element, then what
+// failed and what to do, as in
+//
+//	rma: Get from rank 1 to rank 0, element 2: displacement and count outside the target window: elements [2, 5) are not all inside rank 0's window 0 of 4 elements (see LenAt)
 package rma

@@ -48,30 +48,35 @@ func (r *Request) Test() (bool, error) {
 
 // RPut is Put returning a Request to wait for its completion.
 func (win *Window[T]) RPut(origin []T, target, disp int) (Request, error) {
-	return win.transfer(true, origin, target, disp)
+	req, err := win.transfer(true, origin, target, disp)
+	return req, win.callErr("RPut", target, disp, err)
 }
 
 // RGet is Get returning a Request: after Wait, origin holds the data.
 func (win *Window[T]) RGet(origin []T, target, disp int) (Request, error) {
-	return win.transfer(false, origin, target, disp)
+	req, err := win.transfer(false, origin, target, disp)
+	return req, win.callErr("RGet", target, disp, err)
 }
 
 // RAccumulate is Accumulate returning a Request.
 func (win *Window[T]) RAccumulate(origin []T, target, disp int, op Op) (Request, error) {
 	if err := checkOp[T](op, false); err != nil {
-		return Request{}, err
+		return Request{}, win.accErr("RAccumulate", op, target, disp, err)
 	}
-	return win.accumulateReq(origin, nil, target, disp, op)
+	req, err := win.accumulateReq(origin, nil, target, disp, op)
+	return req, win.accErr("RAccumulate", op, target, disp, err)
 }
 
 // RGetAccumulate is GetAccumulate returning a Request: after Wait, result
 // holds the old values.
 func (win *Window[T]) RGetAccumulate(origin, result []T, target, disp int, op Op) (Request, error) {
-	if err := checkOp[T](op, true); err != nil {
-		return Request{}, err
+	err := checkOp[T](op, true)
+	if err == nil && len(result) != len(origin) {
+		err = errSizes(len(origin), len(result))
 	}
-	if len(result) != len(origin) {
-		return Request{}, errSizes(len(origin), len(result))
+	if err != nil {
+		return Request{}, win.accErr("RGetAccumulate", op, target, disp, err)
 	}
-	return win.accumulateReq(origin, result, target, disp, op)
+	req, err := win.accumulateReq(origin, result, target, disp, op)
+	return req, win.accErr("RGetAccumulate", op, target, disp, err)
 }

@@ -255,13 +255,10 @@ func (win *Window[T]) LoadLocal(i int) T {
 	if win.esize == 8 {
 		return fromBits[T](atomic.LoadUint64((*uint64)(p)))
 	}
+	// The aligned 8-byte word holding the element, which peers' atomics
+	// update as a whole; at an edge of a created window it reaches past the
+	// slice, but never past the page (an aligned word cannot cross one).
 	sh := int(uintptr(p) & 7)
-	off := i*win.esize - sh // byte offset of the word in the window
-	if off < 0 || off+8 > len(win.local)*win.esize {
-		// An unaligned edge of a created window: peers cannot run atomics
-		// on it (ErrAlign), so there is no atomic to pair with.
-		return win.local[i]
-	}
 	w := atomic.LoadUint64((*uint64)(unsafe.Add(p, -sh)))
 	return elemAt[T](w, uint(sh))
 }

@@ -2,6 +2,7 @@ package rma
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -79,6 +80,7 @@ type Window[T Number] struct {
 	mem    *transport.Memory // allocated windows
 	pinner runtime.Pinner    // created windows
 	mr     verbs.MR          // nil for a zero-length window
+	amr    verbs.MR          // atomics' region when it differs from mr (see atomicBytes), else nil
 
 	remotes []remoteWindow
 	fence   *fence.Fence
@@ -103,32 +105,34 @@ type Window[T Number] struct {
 
 // remoteWindow is another rank's window, as the creation allgather told.
 type remoteWindow struct {
-	addr   uint64
-	rkey   uint32
-	count  int
-	regLen uint64 // registered bytes: count*esize, rounded up to 8 for allocated windows
+	addr  uint64 // element 0
+	rkey  uint32 // puts and gets: a region of exactly the window's bytes
+	akey  uint32 // atomics: a region of the 8-byte words that hold them
+	count int
 }
 
 // Allocate creates a window of n elements of library memory on every rank
 // (n may differ between ranks, and may be 0). The memory is zeroed,
 // page-aligned, outside the Go heap, and registered with the provider; Free
-// releases it. It is collective.
+// releases it. It is collective: if it fails on one rank (an invalid n, no
+// memory), it fails on every rank.
 func Allocate[T Number](w *World, n int) (*Window[T], error) {
 	var zero T
 	esize := int(unsafe.Sizeof(zero))
-	if n < 0 || n > (1<<40)/esize {
-		return nil, fmt.Errorf("%w: window of %d elements", ErrSize, n)
-	}
 	win := &Window[T]{w: w, kind: Allocated, esize: esize}
-	if n > 0 {
+	var failed error
+	if max := (1 << 40) / esize; n < 0 || n > max {
+		failed = fmt.Errorf("%w: Allocate of %d elements on rank %d (0 to %d allowed)", ErrSize, n, w.Rank(), max)
+	} else if n > 0 {
 		mem, err := transport.AllocMemory(n * esize)
 		if err != nil {
-			return nil, err
+			failed = fmt.Errorf("Allocate of %d elements on rank %d: %w", n, w.Rank(), err)
+		} else {
+			win.mem = mem
+			win.local = unsafe.Slice((*T)(mem.Ptr()), n)
 		}
-		win.mem = mem
-		win.local = unsafe.Slice((*T)(mem.Ptr()), n)
 	}
-	if err := win.setup(); err != nil {
+	if err := win.setup(failed); err != nil {
 		if win.mem != nil {
 			win.mem.Free()
 		}
@@ -139,79 +143,121 @@ func Allocate[T Number](w *World, n int) (*Window[T], error) {
 
 // Create exposes buf as a window on every rank (lengths may differ between
 // ranks). buf stays pinned and registered until Free; the program keeps
-// using it as the window's local memory (Local returns it). It is collective.
+// using it as the window's local memory (Local returns it). It is
+// collective: if it fails on one rank, it fails on every rank.
+//
+// Atomics (Accumulate, FetchAndOp, CompareAndSwap, ...) work on every
+// element. The NIC's atomics act on aligned 8-byte words, so when buf's
+// first or last element of a type smaller than 8 bytes shares a word with
+// memory outside buf, that word is registered for atomics only, and an
+// atomic on the element is a compare-and-swap that writes the bytes outside
+// buf back exactly as it found them. Puts and gets are confined to buf
+// itself. With the soft provider, or a device whose atomics are atomic with
+// respect to the CPU (verbs.AtomicGlob), a store the program makes to those
+// outside bytes meanwhile is never lost; on other devices (verbs.AtomicHCA)
+// do not store to them while peers may run atomics on the edge element, or
+// give Create a slice whose ends are 8-byte aligned (Allocate's always are).
 func Create[T Number](w *World, buf []T) (*Window[T], error) {
 	var zero T
-	win := &Window[T]{w: w, kind: Created, esize: int(unsafe.Sizeof(zero)), local: buf}
+	esize := int(unsafe.Sizeof(zero))
+	win := &Window[T]{w: w, kind: Created, esize: esize, local: buf}
+	var failed error
 	if len(buf) > 0 {
-		// The provider hands the address to the NIC: the memory must not
-		// move while registered.
-		win.pinner.Pin(unsafe.SliceData(buf))
+		if p := uintptr(unsafe.Pointer(unsafe.SliceData(buf))); p%uintptr(esize) != 0 {
+			// Only possible through unsafe (or 8-byte elements on a 32-bit
+			// machine): an element may then straddle two atomic words.
+			failed = fmt.Errorf("%w: Create on rank %d: the slice starts at %#x, not a multiple of its %d-byte element size; "+
+				"pass memory Go allocated for the element type", ErrAlign, w.Rank(), p, esize)
+			win.local = nil
+		} else {
+			// The provider hands the address to the NIC: the memory must
+			// not move while registered.
+			win.pinner.Pin(unsafe.SliceData(buf))
+		}
 	}
-	if err := win.setup(); err != nil {
+	if err := win.setup(failed); err != nil {
 		win.pinner.Unpin()
 		return nil, err
 	}
 	return win, nil
 }
 
-// setup registers the memory and runs the creation allgather of (address,
-// rkey, element count, element size, window id).
-func (win *Window[T]) setup() error {
+// Creation descriptor, one per rank, exchanged by the creation allgather.
+const (
+	descAddr   = 0  // uint64: address of element 0
+	descRKey   = 8  // uint32: key of puts and gets
+	descCount  = 12 // uint64: elements
+	descESize  = 20 // uint32: element size
+	descID     = 24 // uint16: window id
+	descFailed = 26 // byte: 1 if this rank's part of the creation failed
+	descAKey   = 28 // uint32: key of atomics
+	descLen    = 32
+)
+
+// setup registers the memory and runs the creation allgather of the
+// ranks' descriptors. failed is this rank's error so far: the rank still
+// takes part in the allgather, so that every rank fails instead of waiting
+// for it.
+func (win *Window[T]) setup(failed error) error {
 	w := win.w
 	if err := w.check(); err != nil {
 		return err
 	}
 	size := w.Size()
-	var desc [40]byte
-	if len(win.local) > 0 {
-		b := win.bytes()
-		if win.mem != nil {
-			// Allocated memory is page-rounded: register whole 8-byte
-			// words so atomics reach the last elements of small types.
-			b = win.mem.Bytes()[:(len(b)+7)&^7]
-		}
-		mr, err := w.f.PD().RegMR(b, verbs.AccessAll)
-		if err != nil {
-			return err
-		}
-		win.mr = mr
-		binary.LittleEndian.PutUint64(desc[0:], mr.Addr())
-		binary.LittleEndian.PutUint32(desc[8:], mr.RKey())
-		binary.LittleEndian.PutUint64(desc[32:], uint64(mr.Len()))
+	var desc [descLen]byte
+	if failed == nil && len(win.local) > 0 {
+		failed = win.register()
 	}
 	w.mu.Lock()
 	win.id = w.nextID
 	w.nextID++
 	w.mu.Unlock()
-	binary.LittleEndian.PutUint64(desc[12:], uint64(len(win.local)))
-	binary.LittleEndian.PutUint32(desc[20:], uint32(win.esize))
-	binary.LittleEndian.PutUint16(desc[24:], win.id)
+	if failed != nil {
+		desc[descFailed] = 1
+	} else if win.mr != nil {
+		akey := win.mr.RKey()
+		if win.amr != nil {
+			akey = win.amr.RKey()
+		}
+		binary.LittleEndian.PutUint64(desc[descAddr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(win.local)))))
+		binary.LittleEndian.PutUint32(desc[descRKey:], win.mr.RKey())
+		binary.LittleEndian.PutUint32(desc[descAKey:], akey)
+	}
+	binary.LittleEndian.PutUint64(desc[descCount:], uint64(len(win.local)))
+	binary.LittleEndian.PutUint32(desc[descESize:], uint32(win.esize))
+	binary.LittleEndian.PutUint16(desc[descID:], win.id)
 	all := make([][]byte, size)
 	for r := range all {
 		all[r] = make([]byte, len(desc))
 	}
 	err := w.f.Allgather(desc[:], all)
+	if failed != nil {
+		err = errors.Join(failed, err)
+	}
 	if err == nil {
 		win.remotes = make([]remoteWindow, size)
 		for r, d := range all {
-			if es, id := binary.LittleEndian.Uint32(d[20:]), binary.LittleEndian.Uint16(d[24:]); int(es) != win.esize || id != win.id {
-				err = fmt.Errorf("%w: rank %d created window %d of %d-byte elements, rank %d window %d of %d-byte elements",
+			if d[descFailed] != 0 {
+				err = fmt.Errorf("%w: rank %d could not create its part of window %d (its own error says why), so it fails on rank %d too",
+					ErrMismatch, r, win.id, w.Rank())
+				break
+			}
+			if es, id := binary.LittleEndian.Uint32(d[descESize:]), binary.LittleEndian.Uint16(d[descID:]); int(es) != win.esize || id != win.id {
+				err = fmt.Errorf("%w: rank %d created window %d of %d-byte elements, rank %d window %d of %d-byte elements; "+
+					"every rank must create the same windows, of the same element type, in the same order",
 					ErrMismatch, r, id, es, w.Rank(), win.id, win.esize)
 				break
 			}
 			win.remotes[r] = remoteWindow{
-				addr:   binary.LittleEndian.Uint64(d[0:]),
-				rkey:   binary.LittleEndian.Uint32(d[8:]),
-				count:  int(binary.LittleEndian.Uint64(d[12:])),
-				regLen: binary.LittleEndian.Uint64(d[32:]),
+				addr:  binary.LittleEndian.Uint64(d[descAddr:]),
+				rkey:  binary.LittleEndian.Uint32(d[descRKey:]),
+				akey:  binary.LittleEndian.Uint32(d[descAKey:]),
+				count: int(binary.LittleEndian.Uint64(d[descCount:])),
 			}
 		}
 	}
 	if err != nil {
-		if win.mr != nil {
-			win.mr.Dereg()
-		}
+		win.deregister()
 		return err
 	}
 	if win.mr != nil {
@@ -233,11 +279,71 @@ func (win *Window[T]) setup() error {
 	return nil
 }
 
+// register registers the window's memory with the provider. Puts and gets
+// use a region of exactly the window's bytes, so they can never reach
+// memory outside it. Atomics use a region of the 8-byte words holding the
+// window (atomicBytes); when those words reach outside a created window,
+// that is a second region, for atomics only. Allocated windows own their
+// page-rounded memory, so one region of the words serves both.
+func (win *Window[T]) register() error {
+	pd := win.w.f.PD()
+	b, words := win.bytes(), win.atomicBytes()
+	if len(words) == len(b) || win.mem != nil {
+		mr, err := pd.RegMR(words, verbs.AccessAll)
+		if err != nil {
+			return fmt.Errorf("registering window memory of %d bytes on rank %d: %w", len(words), win.w.Rank(), err)
+		}
+		win.mr = mr
+		return nil
+	}
+	mr, err := pd.RegMR(b, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		return fmt.Errorf("registering window memory of %d bytes on rank %d: %w", len(b), win.w.Rank(), err)
+	}
+	amr, err := pd.RegMR(words, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic)
+	if err != nil {
+		mr.Dereg()
+		return fmt.Errorf("registering the %d bytes of 8-byte words of window memory on rank %d for atomics: %w", len(words), win.w.Rank(), err)
+	}
+	win.mr, win.amr = mr, amr
+	return nil
+}
+
+// deregister undoes register.
+func (win *Window[T]) deregister() {
+	if win.mr != nil {
+		win.mr.Dereg()
+		win.mr = nil
+	}
+	if win.amr != nil {
+		win.amr.Dereg()
+		win.amr = nil
+	}
+}
+
+// bytes is the window's memory.
 func (win *Window[T]) bytes() []byte {
 	if len(win.local) == 0 {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(win.local))), len(win.local)*win.esize)
+}
+
+// atomicBytes is the window's memory widened to whole 8-byte words, the
+// unit of the NIC's atomics. The first or last element of a created window
+// of 1-, 2- or 4-byte elements may share a word with memory outside the
+// slice: memory of the same page, and, when the slice is on the Go heap,
+// of the same allocation (the allocator's blocks are whole words). Atomics
+// never change those bytes: a compare-and-swap writes them back as it found
+// them.
+func (win *Window[T]) atomicBytes() []byte {
+	if len(win.local) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(unsafe.SliceData(win.local))
+	lo := int(uintptr(p) & 7)
+	n := (lo + len(win.local)*win.esize + 7) &^ 7
+	return unsafe.Slice((*byte)(unsafe.Add(p, -lo)), n)
 }
 
 // Local is this rank's own window memory. Peers' puts land in it; read it
@@ -319,10 +425,7 @@ func (win *Window[T]) quiesce() {
 // held, or the window not yet shared.
 func (win *Window[T]) release() {
 	win.freed = true
-	if win.mr != nil {
-		win.mr.Dereg()
-		win.mr = nil
-	}
+	win.deregister()
 	if win.mem != nil {
 		win.mem.Free()
 		win.mem = nil

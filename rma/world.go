@@ -114,7 +114,7 @@ func (a *atomArea) remember(rank int, addr, val uint64) {
 }
 
 func newAtomArea(w *World) (*atomArea, error) {
-	mem, err := transport.AllocMemory(atomWords * 8)
+	mem, err := transport.AllocMemory((atomWords + 1) * 8) // the words, then the sink
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +130,13 @@ func newAtomArea(w *World) (*atomArea, error) {
 func (a *atomArea) local(i int) transport.Local {
 	return transport.Local{Addr: a.mr.Addr() + uint64(i)*8, LKey: a.mr.LKey()}
 }
+
+// sink is where the old values of fetch-adds that nobody waits for land
+// (Accumulate(Sum) on 8-byte integers, completed at the next
+// synchronization): a word of its own, never read. Landing in words, such a
+// fetch-add to one rank could complete after a later atomic to another rank
+// and overwrite that atomic's result before it is read.
+func (a *atomArea) sink() transport.Local { return a.local(atomWords) }
 
 // word is the result of the atomic that landed in word i (read after its completion).
 func (a *atomArea) word(i int) uint64 { return a.words[i] }
@@ -205,7 +212,7 @@ func (w *World) Close() error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return ErrClosed
+		return fmt.Errorf("%w: rank %d called Close twice", ErrClosed, w.Rank())
 	}
 	w.closed = true
 	left := w.open
@@ -230,7 +237,7 @@ func (w *World) check() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return ErrClosed
+		return fmt.Errorf("%w: rank %d already called Close; windows and barriers need an open World", ErrClosed, w.Rank())
 	}
 	return nil
 }
