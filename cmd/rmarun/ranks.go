@@ -1,0 +1,257 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rmago/rmago/internal/launch"
+)
+
+// gracePeriod is the time between SIGTERM and SIGKILL when a job stops, and
+// the time a rank's output may stay open after it exited (held by a process
+// it started).
+const gracePeriod = 2 * time.Second
+
+// How far a rank got through start-up, as it reported on its notify pipe.
+const (
+	initNone   = 0 // not yet in rma.Init
+	initStart  = 1 // in rma.Init
+	initJoined = 2 // met every other rank
+)
+
+// The kinds of event the ranks and hosts of a job report to its supervisor.
+type evKind int
+
+const (
+	evInit    evKind = iota // a rank entered rma.Init
+	evJoined                // a rank met every other rank
+	evExit                  // a rank ended (exit)
+	evHello                 // a remote host's agent is up (addr, port)
+	evHostEnd               // a remote host's launcher process ended (text)
+)
+
+// An event is something that happened to a rank or a host.
+type event struct {
+	kind evKind
+	rank int
+	host int // index of the remote host, for evHello and evHostEnd
+	exit exitInfo
+	addr string
+	port int
+	text string
+}
+
+// exitInfo is how a rank ended.
+type exitInfo struct {
+	When     int64  // wall-clock time of the exit, Unix nanoseconds, on the rank's host
+	Code     int    // exit status; -1 if killed by a signal, not started or lost
+	Signal   int    // the killing signal, or 0
+	Stopped  bool   // it ended after rmarun began stopping its host's ranks
+	Init     int    // initNone, initStart or initJoined
+	StartErr string // why it could not be started, or "" if it was
+	Lost     string // why its end was not seen (its host was lost), or ""
+}
+
+// failed reports whether the rank's end is a failure by itself, whatever the
+// other ranks did. An exit with status 0 before joining is judged by the
+// supervisor, which knows whether the program uses rma.Init at all.
+func (e exitInfo) failed() bool {
+	return e.StartErr != "" || e.Lost != "" || e.Code != 0 || e.Signal != 0
+}
+
+// A group is the ranks of a job that run on one host: all of them for a
+// single-host job, otherwise those of rmarun's own host or of the host of
+// an agent. It starts them, copies their output, watches their start-up and
+// reports how they end.
+type group struct {
+	argv    []string
+	env     []string                               // environment shared by the ranks
+	rankEnv func(rank int) []string                // and each rank's own
+	output  func(rank int) (out, errw *lineWriter) // where its output goes
+	events  chan<- event
+
+	mu       sync.Mutex
+	procs    []*rankProc
+	stopping bool
+}
+
+// rankProc is a started rank.
+type rankProc struct {
+	rank  int
+	pid   int
+	ended bool // reaped (under group.mu)
+}
+
+// start starts the ranks in order. If one cannot be started, it and the
+// ranks after it are reported as ended (the later ones as stopped) and
+// the ranks already started go on until the supervisor stops them.
+func (g *group) start(ranks []int) {
+	for i, rank := range ranks {
+		err := g.startRank(rank)
+		if err == nil {
+			continue
+		}
+		now := time.Now().UnixNano()
+		g.events <- event{kind: evExit, rank: rank, exit: exitInfo{When: now, Code: -1, StartErr: err.Error()}}
+		for _, r := range ranks[i+1:] {
+			g.events <- event{kind: evExit, rank: r, exit: exitInfo{When: now, Code: -1, Stopped: true, StartErr: "not started"}}
+		}
+		return
+	}
+}
+
+// startRank starts one rank: its standard output and error, and the notify
+// pipe on which rma.Init reports (descriptor 3, launch.EnvNotifyFD), are
+// pipes of rmarun's; standard input is /dev/null.
+func (g *group) startRank(rank int) error {
+	var files []*os.File // the rank's ends, closed here once it has them
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	pipe := func() (*os.File, error) {
+		r, w, err := os.Pipe()
+		if err == nil {
+			files = append(files, w)
+		}
+		return r, err
+	}
+	outR, err := pipe()
+	if err != nil {
+		return err
+	}
+	errR, err := pipe()
+	if err != nil {
+		outR.Close()
+		return err
+	}
+	ntfR, err := pipe()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return err
+	}
+	cmd := exec.Command(g.argv[0], g.argv[1:]...)
+	cmd.Env = slices.Concat(g.env, g.rankEnv(rank), []string{launch.EnvNotifyFD + "=3"})
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = files[0], files[1], files[2:3]
+	cmd.SysProcAttr = sysProcAttr()
+	g.mu.Lock()
+	if g.stopping {
+		g.mu.Unlock()
+		outR.Close()
+		errR.Close()
+		ntfR.Close()
+		return errStopping
+	}
+	err = cmd.Start()
+	if err == nil {
+		p := &rankProc{rank: rank, pid: cmd.Process.Pid}
+		g.procs = append(g.procs, p)
+		g.mu.Unlock()
+		go g.watch(p, cmd.Process, outR, errR, ntfR)
+		return nil
+	}
+	g.mu.Unlock()
+	outR.Close()
+	errR.Close()
+	ntfR.Close()
+	return err
+}
+
+// errStopping is the start error of ranks that the job stopped before they
+// started.
+var errStopping = stoppingError{}
+
+type stoppingError struct{}
+
+func (stoppingError) Error() string { return "not started: the job is stopping" }
+
+// watch copies a rank's output and start-up reports until it ends, then
+// reports its end. The time of the end is taken as soon as the process is
+// reaped, before its last output is drained: it decides which failure came
+// first.
+func (g *group) watch(p *rankProc, proc *os.Process, outR, errR, ntfR *os.File) {
+	stdout, stderr := g.output(p.rank)
+	var init atomic.Int32
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); pump(outR, stdout) }()
+	go func() { defer wg.Done(); pump(errR, stderr) }()
+	go func() {
+		defer wg.Done()
+		var b [16]byte
+		for {
+			n, err := ntfR.Read(b[:])
+			for _, c := range b[:n] {
+				switch {
+				case c == launch.NotifyStartByte && init.Load() == initNone:
+					init.Store(initStart)
+					g.events <- event{kind: evInit, rank: p.rank}
+				case c == launch.NotifyJoinedByte && init.Load() != initJoined:
+					init.Store(initJoined)
+					g.events <- event{kind: evJoined, rank: p.rank}
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	state, err := proc.Wait()
+	info := exitInfo{When: time.Now().UnixNano(), Code: -1}
+	g.mu.Lock()
+	p.ended = true
+	info.Stopped = g.stopping
+	g.mu.Unlock()
+	if err != nil {
+		info.Lost = err.Error()
+	} else if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		info.Signal = int(ws.Signal())
+	} else {
+		info.Code = state.ExitCode()
+	}
+
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(gracePeriod): // a process the rank started holds a pipe
+		outR.Close()
+		errR.Close()
+		ntfR.Close()
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+	ntfR.Close()
+	info.Init = int(init.Load())
+	g.events <- event{kind: evExit, rank: p.rank, exit: info}
+}
+
+// signal sends sig to the process group of every rank still running, and
+// marks the group as stopping: ranks that end from now on were stopped.
+func (g *group) signal(sig syscall.Signal) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopping = true
+	for _, p := range g.procs {
+		if !p.ended {
+			syscall.Kill(-p.pid, sig)
+		}
+	}
+}
+
+// rankPrefix is the "[rank] " put before each line of a rank's output.
+func rankPrefix(rank int) []byte {
+	return []byte("[" + strconv.Itoa(rank) + "] ")
+}
