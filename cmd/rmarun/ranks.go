@@ -78,16 +78,19 @@ type group struct {
 	output  func(rank int) (out, errw *lineWriter) // where its output goes
 	events  chan<- event
 
+	clock    exitClock
 	mu       sync.Mutex
 	procs    []*rankProc
 	stopping bool
+	stopAt   int64 // when the first signal was sent, Unix nanoseconds
 }
 
 // rankProc is a started rank.
 type rankProc struct {
 	rank  int
 	pid   int
-	ended bool // reaped (under group.mu)
+	ended bool         // reaped (under group.mu)
+	init  atomic.Int32 // initNone, initStart or initJoined
 }
 
 // start starts the ranks in order. If one cannot be started, it and the
@@ -108,9 +111,10 @@ func (g *group) start(ranks []int) {
 	}
 }
 
-// startRank starts one rank: its standard output and error, and the notify
-// pipe on which rma.Init reports (descriptor 3, launch.EnvNotifyFD), are
-// pipes of rmarun's; standard input is /dev/null.
+// startRank starts one rank: its standard output and error are pipes of
+// rmarun's, and so is its notify pipe (launch.EnvNotifyFD), on which
+// rma.Init reports and whose end marks the rank's death (see exitClock);
+// standard input is /dev/null.
 func (g *group) startRank(rank int) error {
 	var files []*os.File // the rank's ends, closed here once it has them
 	defer func() {
@@ -118,53 +122,69 @@ func (g *group) startRank(rank int) error {
 			f.Close()
 		}
 	}()
-	pipe := func() (*os.File, error) {
-		r, w, err := os.Pipe()
-		if err == nil {
-			files = append(files, w)
-		}
-		return r, err
-	}
-	outR, err := pipe()
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		return err
 	}
-	errR, err := pipe()
+	files = append(files, outW)
+	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		return err
 	}
-	ntfR, err := pipe()
+	files = append(files, errW)
+	p := &rankProc{rank: rank}
+	ntfW, ended, err := g.clock.pipe(func(b byte) { g.notified(p, b) })
 	if err != nil {
 		outR.Close()
 		errR.Close()
 		return err
 	}
+	files = append(files, ntfW)
 	cmd := exec.Command(g.argv[0], g.argv[1:]...)
-	cmd.Env = slices.Concat(g.env, g.rankEnv(rank), []string{launch.EnvNotifyFD + "=3"})
-	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = files[0], files[1], files[2:3]
+	fd := notifyFD()
+	cmd.Env = slices.Concat(g.env, g.rankEnv(rank), []string{launch.EnvNotifyFD + "=" + strconv.Itoa(fd)})
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.ExtraFiles = make([]*os.File, fd-3+1) // nil entries are closed in the rank
+	cmd.ExtraFiles[fd-3] = ntfW
 	cmd.SysProcAttr = sysProcAttr()
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.stopping {
-		g.mu.Unlock()
-		outR.Close()
-		errR.Close()
-		ntfR.Close()
-		return errStopping
-	}
-	err = cmd.Start()
-	if err == nil {
-		p := &rankProc{rank: rank, pid: cmd.Process.Pid}
+		err = errStopping
+	} else if err = cmd.Start(); err == nil {
+		p.pid = cmd.Process.Pid
 		g.procs = append(g.procs, p)
-		g.mu.Unlock()
-		go g.watch(p, cmd.Process, outR, errR, ntfR)
+		go g.watch(p, cmd.Process, ended, outR, errR)
 		return nil
 	}
-	g.mu.Unlock()
 	outR.Close()
 	errR.Close()
-	ntfR.Close()
 	return err
+}
+
+// notifyFD is the descriptor number of a rank's notify pipe: high, so that
+// the rank's own files are below it and a dying rank closes it first, but
+// within rmarun's limit on open files.
+func notifyFD() int {
+	fd := 1000
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur < uint64(fd+1) {
+		fd = max(int(lim.Cur)-1, 3)
+	}
+	return fd
+}
+
+// notified records a byte a rank wrote on its notify pipe.
+func (g *group) notified(p *rankProc, b byte) {
+	switch {
+	case b == launch.NotifyStartByte && p.init.Load() == initNone:
+		p.init.Store(initStart)
+		g.events <- event{kind: evInit, rank: p.rank}
+	case b == launch.NotifyJoinedByte && p.init.Load() != initJoined:
+		p.init.Store(initJoined)
+		g.events <- event{kind: evJoined, rank: p.rank}
+	}
 }
 
 // errStopping is the start error of ranks that the job stopped before they
@@ -175,43 +195,22 @@ type stoppingError struct{}
 
 func (stoppingError) Error() string { return "not started: the job is stopping" }
 
-// watch copies a rank's output and start-up reports until it ends, then
-// reports its end. The time of the end is taken as soon as the process is
-// reaped, before its last output is drained: it decides which failure came
-// first.
-func (g *group) watch(p *rankProc, proc *os.Process, outR, errR, ntfR *os.File) {
+// watch copies a rank's output until it ends, then reports its end. The
+// time of the end is the one the exitClock took when the rank's notify
+// pipe ended, which orders the deaths of the ranks of a host as the kernel
+// saw them; if a process the rank started holds the pipe, it is the time
+// the rank was reaped.
+func (g *group) watch(p *rankProc, proc *os.Process, ended <-chan int64, outR, errR *os.File) {
 	stdout, stderr := g.output(p.rank)
-	var init atomic.Int32
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
 	go func() { defer wg.Done(); pump(outR, stdout) }()
 	go func() { defer wg.Done(); pump(errR, stderr) }()
-	go func() {
-		defer wg.Done()
-		var b [16]byte
-		for {
-			n, err := ntfR.Read(b[:])
-			for _, c := range b[:n] {
-				switch {
-				case c == launch.NotifyStartByte && init.Load() == initNone:
-					init.Store(initStart)
-					g.events <- event{kind: evInit, rank: p.rank}
-				case c == launch.NotifyJoinedByte && init.Load() != initJoined:
-					init.Store(initJoined)
-					g.events <- event{kind: evJoined, rank: p.rank}
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 
 	state, err := proc.Wait()
 	info := exitInfo{When: time.Now().UnixNano(), Code: -1}
 	g.mu.Lock()
 	p.ended = true
-	info.Stopped = g.stopping
 	g.mu.Unlock()
 	if err != nil {
 		info.Lost = err.Error()
@@ -220,6 +219,13 @@ func (g *group) watch(p *rankProc, proc *os.Process, outR, errR, ntfR *os.File) 
 	} else {
 		info.Code = state.ExitCode()
 	}
+	select {
+	case info.When = <-ended:
+	case <-time.After(pipeLinger):
+	}
+	g.mu.Lock()
+	info.Stopped = g.stopping && info.When >= g.stopAt
+	g.mu.Unlock()
 
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
@@ -228,22 +234,28 @@ func (g *group) watch(p *rankProc, proc *os.Process, outR, errR, ntfR *os.File) 
 	case <-time.After(gracePeriod): // a process the rank started holds a pipe
 		outR.Close()
 		errR.Close()
-		ntfR.Close()
 		<-drained
 	}
 	outR.Close()
 	errR.Close()
-	ntfR.Close()
-	info.Init = int(init.Load())
+	info.Init = int(p.init.Load())
 	g.events <- event{kind: evExit, rank: p.rank, exit: info}
 }
 
+// pipeLinger is how long a reaped rank's notify pipe may stay open (held by
+// a process it started) before the time of reaping is taken instead.
+const pipeLinger = 200 * time.Millisecond
+
 // signal sends sig to the process group of every rank still running, and
-// marks the group as stopping: ranks that end from now on were stopped.
+// marks the group as stopping: ranks that end from now on were stopped,
+// those that ended before failed by themselves, even if rmarun learns of
+// it later.
 func (g *group) signal(sig syscall.Signal) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.stopping = true
+	if !g.stopping {
+		g.stopping, g.stopAt = true, time.Now().UnixNano()
+	}
 	for _, p := range g.procs {
 		if !p.ended {
 			syscall.Kill(-p.pid, sig)

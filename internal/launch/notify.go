@@ -6,12 +6,13 @@ import (
 	"sync"
 )
 
-// EnvNotifyFD names the file descriptor (a decimal number, 3 under rmarun)
-// of a pipe on which a rank tells its launcher how far it got through
-// start-up. The launcher reads it to notice at once a rank that ended
-// without joining the job, and to bound the time ranks take to join. A
-// program started some other way does not have it, and the functions below
-// then do nothing.
+// EnvNotifyFD names the file descriptor (a decimal number) of a pipe on
+// which a rank tells its launcher how far it got through start-up. The
+// launcher reads it to notice at once a rank that ended without joining
+// the job, and to bound the time ranks take to join. The rank keeps the
+// pipe open until it exits: the launcher also takes the pipe's end as the
+// moment the rank died. A program started some other way does not have
+// the variable, and the functions below then do nothing.
 const EnvNotifyFD = "RMAGO_NOTIFY_FD"
 
 // The bytes written on the notify pipe.
@@ -21,14 +22,16 @@ const (
 )
 
 var notify struct {
-	once sync.Once
-	mu   sync.Mutex
-	f    *os.File // nil once closed, or if there is no pipe
+	once   sync.Once
+	mu     sync.Mutex
+	f      *os.File // nil if there is no pipe
+	joined bool
 }
 
-// notifyFile opens the pipe named by EnvNotifyFD once, and removes the
-// variable so that programs this rank starts do not write on a descriptor
-// that is not theirs.
+// notifyFile finds the pipe named by EnvNotifyFD, once. It removes the
+// variable, and has the pipe closed in programs this rank starts, so that
+// they do not write on a descriptor that is not theirs nor hold the pipe
+// open after the rank has died.
 func notifyFile() *os.File {
 	notify.once.Do(func() {
 		v := os.Getenv(EnvNotifyFD)
@@ -51,20 +54,19 @@ func notifyFile() *os.File {
 func NotifyStart() {
 	notify.mu.Lock()
 	defer notify.mu.Unlock()
-	if f := notifyFile(); f != nil {
+	if f := notifyFile(); f != nil && !notify.joined {
 		f.Write([]byte{NotifyStartByte})
 	}
 }
 
-// NotifyJoined tells the launcher that this rank has met every other rank,
-// and closes the pipe: later calls, and later jobs joined by the same
-// process, do nothing.
+// NotifyJoined tells the launcher that this rank has met every other rank.
+// Later calls, and later jobs joined by the same process, do nothing. The
+// pipe stays open until the process exits.
 func NotifyJoined() {
 	notify.mu.Lock()
 	defer notify.mu.Unlock()
-	if f := notifyFile(); f != nil {
+	if f := notifyFile(); f != nil && !notify.joined {
 		f.Write([]byte{NotifyJoinedByte})
-		f.Close()
-		notify.f = nil
+		notify.joined = true
 	}
 }
