@@ -274,12 +274,15 @@ func (s *supervisor) stop(f failure, external bool, sig syscall.Signal) {
 	if s.local != nil {
 		s.local.signal(sig)
 	}
-	for _, r := range s.remotes {
-		if s.started {
-			r.signal(sig)
-		} else {
+	if !s.started { // only agents to end: close their input, then kill
+		for _, r := range s.remotes {
 			r.close()
 		}
+		s.hardKillC = time.After(gracePeriod)
+		return
+	}
+	for _, r := range s.remotes {
+		r.signal(sig)
 	}
 	s.killC = time.After(gracePeriod)
 }

@@ -5,7 +5,8 @@
 # (PATH, HOME, and FAKESSH_HOST=HOST). It runs them here, or, when
 # FAKESSH_NETNS="NET PREFIX" is set, in the network namespace PREFIX<i> that
 # stands for host NET.<i>. It appends HOST to $FAKESSH_LOG if that is set,
-# and fails like an unreachable host for the host named in $FAKESSH_DOWN.
+# and fails like an unreachable host for the host named in $FAKESSH_DOWN,
+# or hangs like one that never answers for the host in $FAKESSH_HANG.
 # With FAKESSH_NOEXEC=1 the shell is its child rather than replacing it, so
 # that killing the stand-in leaves the remote side running, as killing ssh
 # does.
@@ -23,6 +24,9 @@ host=${1:?no host}; shift
 if [ "$host" = "${FAKESSH_DOWN:-}" ]; then
   echo "ssh: connect to host $host port 22: Connection refused" >&2
   exit 255
+fi
+if [ "$host" = "${FAKESSH_HANG:-}" ]; then
+  exec sleep 3601
 fi
 set -- env -i PATH="$PATH" HOME="${HOME:-/}" GORACE="${GORACE:-}" FAKESSH_HOST="$host" /bin/sh -c "$*"
 if [ -n "${FAKESSH_NETNS:-}" ]; then
