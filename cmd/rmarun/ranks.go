@@ -219,32 +219,35 @@ func (g *group) watch(p *rankProc, proc *os.Process, ended <-chan int64, outR, e
 	} else {
 		info.Code = state.ExitCode()
 	}
-	select {
-	case info.When = <-ended:
-	case <-time.After(pipeLinger):
-	}
-	g.mu.Lock()
-	info.Stopped = g.stopping && info.When >= g.stopAt
-	g.mu.Unlock()
-
+	// The end of the notify pipe and of the output normally come at once;
+	// a process the rank started may hold them open, for a grace period.
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(gracePeriod): // a process the rank started holds a pipe
-		outR.Close()
-		errR.Close()
-		<-drained
+	grace := time.NewTimer(gracePeriod)
+	defer grace.Stop()
+	for ended != nil || drained != nil {
+		select {
+		case info.When = <-ended:
+			ended = nil
+		case <-drained:
+			drained = nil
+		case <-grace.C:
+			outR.Close()
+			errR.Close()
+			if drained != nil {
+				<-drained
+			}
+			ended, drained = nil, nil
+		}
 	}
 	outR.Close()
 	errR.Close()
+	g.mu.Lock()
+	info.Stopped = g.stopping && info.When >= g.stopAt
+	g.mu.Unlock()
 	info.Init = int(p.init.Load())
 	g.events <- event{kind: evExit, rank: p.rank, exit: info}
 }
-
-// pipeLinger is how long a reaped rank's notify pipe may stay open (held by
-// a process it started) before the time of reaping is taken instead.
-const pipeLinger = 200 * time.Millisecond
 
 // signal sends sig to the process group of every rank still running, and
 // marks the group as stopping: ranks that end from now on were stopped,
