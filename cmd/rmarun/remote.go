@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,7 @@ func launcherArgv(launcher, exec string) []string {
 // launcher's own complaints) to rmarun's standard error under the host's
 // name. When the launcher process ends, an evHostEnd event says so.
 func (r *remote) start(argv []string, agentPath string, setup setupMsg, j *job) error {
-	r.cmd = exec.Command(argv[0], append(argv[1:], r.name, agentCommand(agentPath))...)
+	r.cmd = exec.Command(argv[0], slices.Concat(argv[1:], []string{r.name, agentCommand(agentPath)})...)
 	r.cmd.SysProcAttr = sysProcAttr()
 	stdin, err := r.cmd.StdinPipe()
 	if err != nil {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -141,7 +142,7 @@ func (s *supervisor) maybeStart() {
 		return
 	}
 	if s.rank0 != nil {
-		s.rendezvous = s.rank0.addr + ":" + strconv.Itoa(s.rank0Port)
+		s.rendezvous = net.JoinHostPort(s.rank0.addr, strconv.Itoa(s.rank0Port))
 	}
 	s.started = true
 	s.stopStartup() // it restarts when the first rank enters rma.Init
