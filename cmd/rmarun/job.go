@@ -123,6 +123,9 @@ func newJob(o *options) (*job, error) {
 		if j.localAddr, err = c.pick(); err != nil {
 			return nil, fmt.Errorf("choosing the address of this host's ranks: %v", err)
 		}
+		if ip := net.ParseIP(j.localAddr); ip.IsLoopback() && !net.ParseIP(to).IsLoopback() {
+			return nil, fmt.Errorf("the ranks on this host would listen on %s, which the other hosts cannot reach", j.localAddr)
+		}
 		if j.rank0 == nil {
 			j.target = j.localAddr
 			return j, j.localRendezvous()

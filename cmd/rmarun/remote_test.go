@@ -354,3 +354,12 @@ func TestHostHangs(t *testing.T) {
 func endsWithOnly(stderr, want string) bool {
 	return strings.HasSuffix(stderr, want) && strings.Count(stderr, "rmarun:") == 1
 }
+
+// In a job on several hosts, this host's ranks may not listen on loopback.
+func TestLoopbackRefused(t *testing.T) {
+	_, stderr, code := rmarun(t, nil, "-addr", "127.0.0.1", "-H", "localhost,192.0.2.7", "--launcher-exec", fakeSSH(t), childBin)
+	want := "rmarun: the ranks on this host would listen on 127.0.0.1, which the other hosts cannot reach\n"
+	if code != 1 || stderr != want {
+		t.Errorf("exit status %d, stderr:\n%s\nwant 1 and %q", code, stderr, want)
+	}
+}
