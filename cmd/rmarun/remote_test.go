@@ -168,16 +168,20 @@ func TestFirstFailureNamed(t *testing.T) {
 		name string
 		args []string
 		want string
+		code int
 	}{
-		{"local", []string{"-n", "4"}, "rmarun: rank 2 exited with status 3; the job was stopped\n"},
-		{"remote", []string{"-H", "127.0.0.2:4", "--launcher-exec", fakeSSH(t)}, "rmarun: rank 2 exited with status 3 on host 127.0.0.2; the job was stopped\n"},
+		{"local", []string{"-n", "4", childBin, "init", "exit=3@2", "barrier", "sleep"},
+			"rmarun: rank 2 exited with status 3; the job was stopped\n", 3},
+		{"killed", []string{"-n", "6", childBin, "init", "kill@3", "barrier", "sleep"},
+			"rmarun: rank 3 was killed by signal 9 (killed); the job was stopped\n", 1},
+		{"remote", []string{"-H", "127.0.0.2:4", "--launcher-exec", fakeSSH(t), childBin, "init", "exit=3@2", "barrier", "sleep"},
+			"rmarun: rank 2 exited with status 3 on host 127.0.0.2; the job was stopped\n", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for range 4 {
-				args := append(tc.args, "-provider", "soft", childBin, "init", "exit=3@2", "barrier", "sleep")
-				_, stderr, code := rmarun(t, nil, args...)
-				if code != 3 || !endsWithOnly(stderr, tc.want) {
-					t.Fatalf("exit status %d, stderr:\n%s\nwant 3 and %q", code, stderr, tc.want)
+				_, stderr, code := rmarun(t, nil, append([]string{"-provider", "soft"}, tc.args...)...)
+				if code != tc.code || !endsWithOnly(stderr, tc.want) {
+					t.Fatalf("exit status %d, stderr:\n%s\nwant %d and %q", code, stderr, tc.code, tc.want)
 				}
 			}
 		})
