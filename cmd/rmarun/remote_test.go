@@ -367,3 +367,28 @@ func TestLoopbackRefused(t *testing.T) {
 		t.Errorf("exit status %d, stderr:\n%s\nwant 1 and %q", code, stderr, want)
 	}
 }
+
+// A job from a host file: slots place the ranks, addr= sets a host's
+// address, and -iface the others'.
+func TestHostfileJob(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hosts")
+	text := "127.0.0.2 slots=2 addr=127.0.0.1 # rank 0's host\n127.0.0.3:1\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := rmarun(t, nil, "--hostfile", path, "-iface", "lo", "--launcher-exec", fakeSSH(t),
+		childBin, "env", "getenv=FAKESSH_HOST")
+	if code != 0 {
+		t.Fatalf("exit status %d, stderr:\n%s", code, stderr)
+	}
+	ranks := byRank(t, stdout)
+	for rank, host := range []string{"127.0.0.2", "127.0.0.2", "127.0.0.3"} {
+		e := envOf(ranks[rank])
+		if e["FAKESSH_HOST"] != host || e["RMAGO_ADDR"] != "127.0.0.1" {
+			t.Errorf("rank %d: host %q, RMAGO_ADDR=%q; want %s and 127.0.0.1", rank, e["FAKESSH_HOST"], e["RMAGO_ADDR"], host)
+		}
+	}
+	if len(ranks) != 3 {
+		t.Errorf("%d ranks, want 3 (a rank per slot)", len(ranks))
+	}
+}
