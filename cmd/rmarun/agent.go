@@ -126,6 +126,8 @@ func runAgent() int {
 				say("I %d\n", ev.rank)
 			case evJoined:
 				say("J %d\n", ev.rank)
+			case evLost:
+				say("P %d %d\n", ev.rank, ev.peer)
 			case evExit:
 				ended++
 				say("%s", encodeExit(ev.rank, ev.exit))

@@ -17,13 +17,25 @@ import (
 // the pipes, and epoll returns them first come, first served; so the rank
 // that failed first is timed first, even if the rmarun thread that reaps
 // it runs late, as it may on a loaded host. These times decide which
-// failure is reported as the cause.
+// failure is reported as the cause. When rmarun begins to stop the ranks,
+// markStop puts a marker in the same queue: a rank whose pipe ended before
+// it was not stopped, whatever rmarun learnt first.
 type exitClock struct {
-	once  sync.Once
-	epfd  int
-	err   error
-	mu    sync.Mutex
-	pipes map[int32]*notifyPipe // by read descriptor
+	once    sync.Once
+	epfd    int
+	err     error
+	mu      sync.Mutex
+	pipes   map[int32]*notifyPipe // by read descriptor
+	stopFD  int32                 // read end of the stop marker, or -1
+	stopped bool                  // the loop has passed the stop marker (loop's)
+}
+
+// A pipeEnd is when a rank's notify pipe ended, and whether that was
+// after the stop marker.
+type pipeEnd struct {
+	when    int64 // Unix nanoseconds
+	stopped bool
+	known   bool // stopped is known (else the caller compares times)
 }
 
 // epollET is EPOLLET as a uint32 (the syscall package's constant is negative).
@@ -33,21 +45,14 @@ const epollET = 1 << 31
 type notifyPipe struct {
 	fd     int
 	onByte func(byte)
-	ended  chan int64 // receives the time of the end
+	ended  chan pipeEnd
 }
 
 // pipe makes a notify pipe and returns its write end, for the rank, and a
 // channel that receives the time the pipe ends. onByte is called, from
 // the clock's goroutine, with each byte the rank writes.
-func (c *exitClock) pipe(onByte func(byte)) (*os.File, <-chan int64, error) {
-	c.once.Do(func() {
-		c.epfd, c.err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-		if c.err == nil {
-			c.pipes = make(map[int32]*notifyPipe)
-			go c.loop()
-		}
-	})
-	if c.err != nil {
+func (c *exitClock) pipe(onByte func(byte)) (*os.File, <-chan pipeEnd, error) {
+	if err := c.start(); err != nil {
 		return nil, nil, c.err
 	}
 	var p [2]int
@@ -55,7 +60,7 @@ func (c *exitClock) pipe(onByte func(byte)) (*os.File, <-chan int64, error) {
 		return nil, nil, err
 	}
 	syscall.SetNonblock(p[0], true) // the read end's own file description
-	np := &notifyPipe{fd: p[0], onByte: onByte, ended: make(chan int64, 1)}
+	np := &notifyPipe{fd: p[0], onByte: onByte, ended: make(chan pipeEnd, 1)}
 	c.mu.Lock()
 	c.pipes[int32(p[0])] = np
 	c.mu.Unlock()
@@ -69,6 +74,37 @@ func (c *exitClock) pipe(onByte func(byte)) (*os.File, <-chan int64, error) {
 		return nil, nil, err
 	}
 	return os.NewFile(uintptr(p[1]), "rmago-notify"), np.ended, nil
+}
+
+// start starts the clock's goroutine, once.
+func (c *exitClock) start() error {
+	c.once.Do(func() {
+		c.stopFD = -1
+		c.epfd, c.err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+		if c.err == nil {
+			c.pipes = make(map[int32]*notifyPipe)
+			go c.loop()
+		}
+	})
+	return c.err
+}
+
+// markStop queues the stop marker: a pipe whose write end is already
+// closed. Call it before signalling the ranks.
+func (c *exitClock) markStop() {
+	if c.start() != nil {
+		return
+	}
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.stopFD = int32(p[0])
+	c.mu.Unlock()
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollET, Fd: int32(p[0])}
+	syscall.EpollCtl(c.epfd, syscall.EPOLL_CTL_ADD, p[0], &ev)
+	syscall.Close(p[1]) // the end of the marker, queued now
 }
 
 // loop reads the pipes as epoll reports them.
@@ -86,6 +122,11 @@ func (c *exitClock) loop() {
 		for _, ev := range events[:n] {
 			c.mu.Lock()
 			np := c.pipes[ev.Fd]
+			if ev.Fd == c.stopFD {
+				c.stopped = true
+				c.stopFD = -1
+				syscall.Close(int(ev.Fd))
+			}
 			c.mu.Unlock()
 			if np == nil {
 				continue
@@ -102,7 +143,7 @@ func (c *exitClock) loop() {
 					continue
 				}
 				if err != syscall.EAGAIN { // the end (or a broken pipe)
-					np.ended <- time.Now().UnixNano()
+					np.ended <- pipeEnd{time.Now().UnixNano(), c.stopped, true}
 					c.mu.Lock()
 					delete(c.pipes, ev.Fd)
 					c.mu.Unlock()

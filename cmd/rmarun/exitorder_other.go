@@ -12,12 +12,23 @@ import (
 // the kernel's order.)
 type exitClock struct{}
 
-func (c *exitClock) pipe(onByte func(byte)) (*os.File, <-chan int64, error) {
+// A pipeEnd is when a rank's notify pipe ended; whether that was after
+// the stop is not known here.
+type pipeEnd struct {
+	when    int64 // Unix nanoseconds
+	stopped bool
+	known   bool
+}
+
+// markStop does nothing: the caller compares times.
+func (c *exitClock) markStop() {}
+
+func (c *exitClock) pipe(onByte func(byte)) (*os.File, <-chan pipeEnd, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	ended := make(chan int64, 1)
+	ended := make(chan pipeEnd, 1)
 	go func() {
 		var b [64]byte
 		for {
@@ -26,7 +37,7 @@ func (c *exitClock) pipe(onByte func(byte)) (*os.File, <-chan int64, error) {
 				onByte(c)
 			}
 			if err != nil {
-				ended <- time.Now().UnixNano()
+				ended <- pipeEnd{when: time.Now().UnixNano()}
 				r.Close()
 				return
 			}

@@ -22,6 +22,7 @@ import (
 //	    E <rank> <text>        a line the rank wrote on its standard error
 //	    I <rank>               the rank entered rma.Init
 //	    J <rank>               the rank met every other rank
+//	    P <rank> <peer>        the rank lost its peer (a failure follows)
 //	    X <rank> <when> <code> <signal> <stopped> <init> <detail>
 //	                           the rank ended (exitInfo; detail is
 //	                           "start:"+StartErr, "lost:"+Lost or "-")

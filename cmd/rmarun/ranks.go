@@ -36,6 +36,7 @@ const (
 	evExit                  // a rank ended (exit)
 	evHello                 // a remote host's agent is up (addr, port)
 	evHostEnd               // a remote host's launcher process ended (text)
+	evLost                  // a rank lost a peer (peer): its own failure follows from the peer's
 )
 
 // An event is something that happened to a rank or a host.
@@ -44,6 +45,7 @@ type event struct {
 	rank int
 	host int // index of the remote host, for evHello and evHostEnd
 	exit exitInfo
+	peer int
 	addr string
 	port int
 	text string
@@ -91,6 +93,7 @@ type rankProc struct {
 	pid   int
 	ended bool         // reaped (under group.mu)
 	init  atomic.Int32 // initNone, initStart or initJoined
+	lost  []byte       // digits of a lost peer's rank being read, or nil
 }
 
 // start starts the ranks in order. If one cannot be started, it and the
@@ -175,9 +178,21 @@ func notifyFD() int {
 	return fd
 }
 
-// notified records a byte a rank wrote on its notify pipe.
+// notified records a byte a rank wrote on its notify pipe. The bytes of one
+// pipe come from one goroutine.
 func (g *group) notified(p *rankProc, b byte) {
 	switch {
+	case p.lost != nil && b == '\n':
+		if peer, err := strconv.Atoi(string(p.lost[1:])); err == nil {
+			g.events <- event{kind: evLost, rank: p.rank, peer: peer}
+		}
+		p.lost = nil
+	case p.lost != nil:
+		if len(p.lost) < 12 {
+			p.lost = append(p.lost, b)
+		}
+	case b == launch.NotifyLostByte:
+		p.lost = []byte{b}
 	case b == launch.NotifyStartByte && p.init.Load() == initNone:
 		p.init.Store(initStart)
 		g.events <- event{kind: evInit, rank: p.rank}
@@ -200,7 +215,7 @@ func (stoppingError) Error() string { return "not started: the job is stopping" 
 // pipe ended, which orders the deaths of the ranks of a host as the kernel
 // saw them; if a process the rank started holds the pipe, it is the time
 // the rank was reaped.
-func (g *group) watch(p *rankProc, proc *os.Process, ended <-chan int64, outR, errR *os.File) {
+func (g *group) watch(p *rankProc, proc *os.Process, ended <-chan pipeEnd, outR, errR *os.File) {
 	stdout, stderr := g.output(p.rank)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -225,9 +240,11 @@ func (g *group) watch(p *rankProc, proc *os.Process, ended <-chan int64, outR, e
 	go func() { wg.Wait(); close(drained) }()
 	grace := time.NewTimer(gracePeriod)
 	defer grace.Stop()
+	var end pipeEnd
 	for ended != nil || drained != nil {
 		select {
-		case info.When = <-ended:
+		case end = <-ended:
+			info.When = end.when
 			ended = nil
 		case <-drained:
 			drained = nil
@@ -242,9 +259,13 @@ func (g *group) watch(p *rankProc, proc *os.Process, ended <-chan int64, outR, e
 	}
 	outR.Close()
 	errR.Close()
-	g.mu.Lock()
-	info.Stopped = g.stopping && info.When >= g.stopAt
-	g.mu.Unlock()
+	if end.known {
+		info.Stopped = end.stopped
+	} else {
+		g.mu.Lock()
+		info.Stopped = g.stopping && info.When >= g.stopAt
+		g.mu.Unlock()
+	}
 	info.Init = int(p.init.Load())
 	g.events <- event{kind: evExit, rank: p.rank, exit: info}
 }
@@ -257,6 +278,7 @@ func (g *group) signal(sig syscall.Signal) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.stopping {
+		g.clock.markStop()
 		g.stopping, g.stopAt = true, time.Now().UnixNano()
 	}
 	for _, p := range g.procs {

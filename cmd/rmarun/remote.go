@@ -156,6 +156,14 @@ func (r *remote) message(line string, j *job, out, errs *bytes.Buffer) {
 			j.events <- event{kind: k, rank: rank}
 			return
 		}
+	case "P":
+		rs, ps, _ := strings.Cut(rest, " ")
+		rank, err1 := strconv.Atoi(rs)
+		peer, err2 := strconv.Atoi(ps)
+		if err1 == nil && err2 == nil && r.owns(rank) {
+			j.events <- event{kind: evLost, rank: rank, peer: peer}
+			return
+		}
 	case "X":
 		if rank, info, err := decodeExit(rest); err == nil && r.owns(rank) {
 			j.events <- event{kind: evExit, rank: rank, host: r.index, exit: info}

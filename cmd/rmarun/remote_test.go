@@ -176,6 +176,8 @@ func TestFirstFailureNamed(t *testing.T) {
 			"rmarun: rank 3 was killed by signal 9 (killed); the job was stopped\n", 1},
 		{"remote", []string{"-H", "127.0.0.2:4", "--launcher-exec", fakeSSH(t), childBin, "init", "exit=3@2", "barrier", "sleep"},
 			"rmarun: rank 2 exited with status 3 on host 127.0.0.2; the job was stopped\n", 3},
+		{"across hosts", []string{"-H", "127.0.0.2:3,127.0.0.3", "--launcher-exec", fakeSSH(t), childBin, "init", "kill@3", "barrier", "sleep"},
+			"rmarun: rank 3 was killed by signal 9 (killed) on host 127.0.0.3; the job was stopped\n", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for range 4 {

@@ -22,6 +22,7 @@ type failure struct {
 	when   int64 // wall-clock time it happened, Unix nanoseconds
 	status int   // rmarun's exit status for it
 	msg    string
+	rank   int // the failed rank, or -1
 }
 
 // supervisor is the state of a running job, owned by job.run's loop.
@@ -37,6 +38,7 @@ type supervisor struct {
 	anyInit    bool  // some rank entered rma.Init: the program is an rmago job
 	quietExits []int // ranks that exited 0 without entering rma.Init, before anyInit
 	exits      []exitInfo
+	lost       [][]int // per rank: the peers it reported lost
 
 	stopping bool
 	external *failure  // the stop came from outside the ranks (signal, timeout, start-up bound)
@@ -55,7 +57,7 @@ func (j *job) run() int {
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigc)
 	j.events = make(chan event, 3*j.size+2*len(j.remotes)+16)
-	s := &supervisor{job: j, init: make([]int, j.size), done: make([]bool, j.size), exits: make([]exitInfo, j.size)}
+	s := &supervisor{job: j, init: make([]int, j.size), done: make([]bool, j.size), exits: make([]exitInfo, j.size), lost: make([][]int, j.size)}
 
 	if j.opt.timeout > 0 {
 		t := time.NewTimer(j.opt.timeout)
@@ -71,7 +73,7 @@ func (j *job) run() int {
 					s.endedHosts++
 				}
 			}
-			s.fail(failure{now(), 1, err.Error()})
+			s.fail(failure{now(), 1, err.Error(), -1})
 		}
 	}
 	s.maybeStart()
@@ -86,11 +88,11 @@ func (j *job) run() int {
 				continue
 			}
 			sg := sig.(syscall.Signal)
-			s.stop(failure{now(), 128 + int(sg), fmt.Sprintf("received %v", sg)}, true, sg)
+			s.stop(failure{now(), 128 + int(sg), fmt.Sprintf("received %v", sg), -1}, true, sg)
 		case <-s.timeoutC:
-			s.stop(failure{now(), exitTimeout, fmt.Sprintf("job timed out after %v", j.opt.timeout)}, true, syscall.SIGTERM)
+			s.stop(failure{now(), exitTimeout, fmt.Sprintf("job timed out after %v", j.opt.timeout), -1}, true, syscall.SIGTERM)
 		case <-s.startupC:
-			s.stop(failure{now(), 1, s.startupProblem()}, true, syscall.SIGTERM)
+			s.stop(failure{now(), 1, s.startupProblem(), -1}, true, syscall.SIGTERM)
 		case <-s.killC:
 			s.kill()
 		case <-s.hardKillC:
@@ -110,7 +112,7 @@ func (j *job) run() int {
 
 	f := s.external
 	if f == nil && len(s.failures) > 0 {
-		first := slices.MinFunc(s.failures, func(a, b failure) int { return cmpInt64(a.when, b.when) })
+		first := s.firstFailure()
 		f = &first
 	}
 	if f == nil {
@@ -122,6 +124,29 @@ func (j *job) run() int {
 		j.say("%s", f.msg)
 	}
 	return f.status
+}
+
+// firstFailure picks the failure to report: of the failures not known to
+// follow from another (a rank that lost a peer which failed too), the
+// earliest. The ranks' own reports make the choice exact across hosts;
+// the times, taken by each host's exitClock, decide the rest.
+func (s *supervisor) firstFailure() failure {
+	failed := make(map[int]bool)
+	for _, f := range s.failures {
+		if f.rank >= 0 {
+			failed[f.rank] = true
+		}
+	}
+	var causes []failure
+	for _, f := range s.failures {
+		if f.rank < 0 || !slices.ContainsFunc(s.lost[f.rank], func(peer int) bool { return failed[peer] }) {
+			causes = append(causes, f)
+		}
+	}
+	if len(causes) == 0 { // each lost another: go by time
+		causes = s.failures
+	}
+	return slices.MinFunc(causes, func(a, b failure) int { return cmpInt64(a.when, b.when) })
 }
 
 // finished reports whether every started rank and every remote host has
@@ -183,6 +208,10 @@ func (s *supervisor) handle(ev event) {
 				s.stopStartup()
 			}
 		}
+	case evLost:
+		if ev.peer >= 0 && ev.peer < s.size && !slices.Contains(s.lost[ev.rank], ev.peer) {
+			s.lost[ev.rank] = append(s.lost[ev.rank], ev.peer)
+		}
 	case evExit:
 		s.rankEnded(ev.rank, ev.exit)
 	case evHostEnd:
@@ -192,7 +221,7 @@ func (s *supervisor) handle(ev event) {
 		s.endedHosts++
 		if !r.hello {
 			if !s.stopping {
-				s.fail(failure{now(), 1, fmt.Sprintf("host %s: the rmarun agent did not start (%s)", r.name, ev.text)})
+				s.fail(failure{now(), 1, fmt.Sprintf("host %s: the rmarun agent did not start (%s)", r.name, ev.text), -1})
 			}
 			return
 		}
@@ -243,7 +272,7 @@ func (s *supervisor) rankFailed(rank int, e exitInfo) {
 	if h := s.hostOf[rank]; h != "" && !isLocalRank(s.job, rank) {
 		where = " on host " + h
 	}
-	s.fail(failure{e.When, status, fmt.Sprintf("rank %d %s%s", rank, what, where)})
+	s.fail(failure{e.When, status, fmt.Sprintf("rank %d %s%s", rank, what, where), rank})
 }
 
 // fail records a failure of a rank or host and stops the job. Of all the

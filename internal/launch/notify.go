@@ -19,6 +19,7 @@ const EnvNotifyFD = "RMAGO_NOTIFY_FD"
 const (
 	NotifyStartByte  = 'i' // the rank has entered the bootstrap (rma.Init)
 	NotifyJoinedByte = 'j' // the rank has met every other rank
+	NotifyLostByte   = 'p' // followed by a decimal rank and '\n': that peer failed
 )
 
 var notify struct {
@@ -26,6 +27,7 @@ var notify struct {
 	mu     sync.Mutex
 	f      *os.File // nil if there is no pipe
 	joined bool
+	lost   map[int]bool // peers reported lost
 }
 
 // notifyFile finds the pipe named by EnvNotifyFD, once. It removes the
@@ -68,5 +70,21 @@ func NotifyJoined() {
 	if f := notifyFile(); f != nil && !notify.joined {
 		f.Write([]byte{NotifyJoinedByte})
 		notify.joined = true
+	}
+}
+
+// NotifyPeerLost tells the launcher that this rank has lost peer rank
+// (its connection failed). If this rank then fails too, the launcher
+// knows it was not the first: the transport calls it when it records a
+// peer's failure, before any error reaches the program.
+func NotifyPeerLost(rank int) {
+	notify.mu.Lock()
+	defer notify.mu.Unlock()
+	if f := notifyFile(); f != nil && !notify.lost[rank] {
+		if notify.lost == nil {
+			notify.lost = make(map[int]bool)
+		}
+		notify.lost[rank] = true
+		f.Write(append(strconv.AppendInt([]byte{NotifyLostByte}, int64(rank), 10), '\n'))
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// The bytes a rank writes on its notify pipe: one 'i', one 'j', whatever
-// the number of calls; the variable is gone once read, and the pipe stays
+// The bytes a rank writes on its notify pipe: 'i' on each start until it
+// has joined, one 'j', each lost peer once; the variable is gone once read, and the pipe stays
 // open until the process ends.
 func TestNotify(t *testing.T) {
 	r, w, err := os.Pipe()
@@ -27,9 +27,12 @@ func TestNotify(t *testing.T) {
 	NotifyJoined()
 	NotifyJoined()
 	NotifyStart()
+	NotifyPeerLost(12)
+	NotifyPeerLost(3)
+	NotifyPeerLost(12)
 	w.Close() // the process's last reference, as at exit
 	got, err := io.ReadAll(r)
-	if err != nil || string(got) != "iij" {
-		t.Errorf("read %q, %v; want \"iij\"", got, err)
+	if want := "iijp12\np3\n"; err != nil || string(got) != want {
+		t.Errorf("read %q, %v; want %q", got, err, want)
 	}
 }
