@@ -348,9 +348,10 @@ func TestXUnset(t *testing.T) {
 // launcher processes are killed.
 func TestHostHangs(t *testing.T) {
 	_, stderr, code := rmarun(t, []string{"FAKESSH_HANG=127.0.0.3"}, "-startup-timeout", "300ms", "-H", "127.0.0.2,127.0.0.3", "--launcher-exec", fakeSSH(t), childBin)
-	want := "rmarun: host 127.0.0.3: the rmarun agent did not start within 300ms (-startup-timeout)\n"
-	if code != 1 || stderr != want {
-		t.Errorf("exit status %d, stderr:\n%s\nwant 1 and %q", code, stderr, want)
+	// On a loaded machine the other host's agent may be late too, and named.
+	want := regexp.MustCompile(`^rmarun: host (127\.0\.0\.2, )?127\.0\.0\.3: the rmarun agent did not start within 300ms \(-startup-timeout\)\n\z`)
+	if code != 1 || !want.MatchString(stderr) {
+		t.Errorf("exit status %d, stderr:\n%s\nwant 1 and %v", code, stderr, want)
 	}
 	if left := slices.Concat(procsWith("3601"), agents()); len(left) > 0 {
 		t.Errorf("processes left behind:\n%s", strings.Join(left, "\n"))
