@@ -74,7 +74,8 @@
 //	RMAGO_ADDR        the address the rank listens on
 //	RMAGO_PROVIDER    the -provider value (only if the flag is given)
 //	RMAGO_JOBID       short random hex identifier of the job
-//	RMAGO_NOTIFY_FD   3: the pipe on which rma.Init reports its progress
+//	RMAGO_NOTIFY_FD   1000: a pipe on which rma.Init reports its progress and the
+//	                  transport its lost peers; its end marks the rank's death
 //
 // and, on each host, GOMAXPROCS = min(cores, cores/ranks + 1) and with more
 // ranks than cores RMAGO_SOFT_SPIN=0, unless set (see internal/launch). The
@@ -86,10 +87,12 @@
 //
 // Exit status: 0 if every rank exits 0. Otherwise rmarun stops every rank
 // on every host (SIGTERM, then SIGKILL after 2 seconds) and reports the
-// first failure in time, which is usually the cause of the others: a rank
-// that exited non-zero or was killed, could not be started, or, once any
-// rank has entered rma.Init, ended without joining the job; a remote host
-// whose agent could not start or was lost. It exits with that rank's
+// failure that caused the others: the first in the kernel's order of the
+// ranks' deaths, leaving out ranks that reported losing a peer that failed
+// too (docs/launch-rmarun.md). A failure is a rank that exited non-zero or
+// was killed, could not be started, or, once any rank has entered
+// rma.Init, ended without joining the job; or a remote host whose agent
+// could not start or was lost. It exits with that rank's
 // status if it is in 1..125, or 1 otherwise. A rank that does not join
 // within -startup-timeout stops the job (status 1). SIGINT and SIGTERM
 // received by rmarun are forwarded to the ranks (a second one kills them at
