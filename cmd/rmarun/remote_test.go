@@ -398,3 +398,21 @@ func TestHostfileJob(t *testing.T) {
 		t.Errorf("%d ranks, want 3 (a rank per slot)", len(ranks))
 	}
 }
+
+// Without --launcher-exec, remote hosts are reached with "ssh -x HOST CMD"
+// (here the stand-in, found first in PATH under the name ssh).
+func TestDefaultLauncherIsSSH(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Symlink(fakeSSH(t), filepath.Join(dir, "ssh")); err != nil {
+		t.Fatal(err)
+	}
+	logf := filepath.Join(dir, "log")
+	env := []string{"PATH=" + dir + ":" + os.Getenv("PATH"), "FAKESSH_LOG=" + logf}
+	stdout, stderr, code := rmarun(t, env, "-H", "127.0.0.2", childBin, "getenv=FAKESSH_HOST")
+	if code != 0 || stdout != "[0] FAKESSH_HOST=127.0.0.2\n" {
+		t.Errorf("exit status %d, output:\n%s%s", code, stdout, stderr)
+	}
+	if b, _ := os.ReadFile(logf); string(b) != "127.0.0.2\n" {
+		t.Errorf("ssh was run for %q, want 127.0.0.2", b)
+	}
+}
