@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -56,10 +57,15 @@ type RendezvousConfig struct {
 // without rmarun runs as a single rank.
 func BootstrapFromEnv() (Bootstrap, error) {
 	if os.Getenv(launch.EnvRank) == "" && os.Getenv(launch.EnvSize) == "" {
-		secret := make([]byte, 32)
-		copy(secret, "rmago single-rank job")
+		// A fresh key: the rank's fabric listens, and a fixed key would let
+		// any local process in.
+		secret := make([]byte, launch.SecretBytes)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, fmt.Errorf("%w: generating a key: %v", ErrBootstrap, err)
+		}
 		return Rendezvous(RendezvousConfig{Rank: 0, Size: 1, Secret: secret, Addr: launch.DefaultAddr})
 	}
+	launch.NotifyStart() // rmarun's start-up watch (internal/launch/notify.go)
 	rank, err1 := strconv.Atoi(os.Getenv(launch.EnvRank))
 	size, err2 := strconv.Atoi(os.Getenv(launch.EnvSize))
 	secret, err3 := hex.DecodeString(os.Getenv(launch.EnvSecret))
@@ -70,7 +76,11 @@ func BootstrapFromEnv() (Bootstrap, error) {
 	if addr == "" {
 		addr = launch.DefaultAddr
 	}
-	return Rendezvous(RendezvousConfig{Rank: rank, Size: size, Rendezvous: os.Getenv(launch.EnvRendezvous), Secret: secret, Addr: addr})
+	b, err := Rendezvous(RendezvousConfig{Rank: rank, Size: size, Rendezvous: os.Getenv(launch.EnvRendezvous), Secret: secret, Addr: addr})
+	if err == nil {
+		launch.NotifyJoined()
+	}
+	return b, err
 }
 
 // Rendezvous starts the TCP rendezvous: rank 0 listens on cfg.Rendezvous

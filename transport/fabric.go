@@ -23,6 +23,7 @@ import (
 
 	json "github.com/goccy/go-json"
 
+	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
 	"github.com/rmago/rmago/verbs/ibv"    // real RDMA (libibverbs, build tag ibv)
 	_ "github.com/rmago/rmago/verbs/soft" // the embedded default provider
@@ -400,6 +401,7 @@ func (f *Fabric) postErr(p *peer, err error) error {
 		if cause := p.err.Load(); cause != nil {
 			return *cause
 		}
+		launch.NotifyPeerLost(p.rank)
 		return fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, err)
 	}
 	return fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
@@ -838,8 +840,12 @@ func (f *Fabric) setErr(p *peer, wc *verbs.WC) {
 		return
 	}
 	e := fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, wc.Err())
-	if old := p.err.Load(); old == nil || (errors.Is(*old, verbs.ErrFlushed) && wc.Status != verbs.StatusFlushed) {
+	old := p.err.Load()
+	if old == nil || (errors.Is(*old, verbs.ErrFlushed) && wc.Status != verbs.StatusFlushed) {
 		p.err.Store(&e)
+	}
+	if old == nil {
+		launch.NotifyPeerLost(p.rank) // rmarun names the first failure, not this rank's
 	}
 }
 

@@ -3,6 +3,10 @@
 // suffix, e.g. "exit=3@2".
 //
 //	env          print the RMAGO_* variables as NAME=value lines
+//	getenv=NAME  print NAME=value, or "NAME unset"
+//	init         join the job (rma.Init) and print "joined"
+//	barrier      rma's Barrier; on an error print it and exit 1
+//	close        leave the job (World.Close); on an error print it and exit 1
 //	out=TEXT     print TEXT to stdout
 //	err=TEXT     print TEXT to stderr
 //	nonl=TEXT    print TEXT to stdout without a newline
@@ -13,6 +17,7 @@
 //	panic        panic
 //	kill         send SIGKILL to itself
 //	sleep        sleep forever
+//	tag=TEXT     nothing (marks the process in the process table)
 package main
 
 import (
@@ -23,7 +28,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rmago/rmago/rma"
 )
+
+// world is the job joined by "init".
+var world *rma.World
 
 func main() {
 	rank, _ := strconv.Atoi(os.Getenv("RMAGO_RANK"))
@@ -44,6 +54,30 @@ func main() {
 					fmt.Println(kv)
 				}
 			}
+		case "getenv":
+			if v, ok := os.LookupEnv(val); ok {
+				fmt.Printf("%s=%s\n", val, v)
+			} else {
+				fmt.Printf("%s unset\n", val)
+			}
+		case "init":
+			var err error
+			if world, err = rma.Init(); err != nil {
+				fmt.Fprintln(os.Stderr, "init:", err)
+				os.Exit(1)
+			}
+			fmt.Println("joined")
+		case "barrier":
+			if err := world.Barrier(); err != nil {
+				fmt.Fprintln(os.Stderr, "barrier:", err)
+				os.Exit(1)
+			}
+		case "close":
+			if err := world.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "close:", err)
+				os.Exit(1)
+			}
+		case "tag":
 		case "out":
 			fmt.Println(val)
 		case "err":
