@@ -2,13 +2,12 @@ package transport
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"strconv"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -17,65 +16,25 @@ import (
 	"github.com/rmago/rmago/internal/launch"
 )
 
-// Bootstrap is the out-of-band channel a job uses once, at start-up, to
-// learn its rank and size and to exchange the endpoint information that
-// connects the fabric. rmarun's environment is one source; Slurm's srun or
-// a PMI server would be others, added beside it without touching the
-// fabric or the layers above.
-type Bootstrap interface {
-	Rank() int
-	Size() int
-	// Secret is the job's shared key, used to authenticate the fabric.
-	Secret() []byte
-	// Addr is the IP address this rank's fabric should listen on.
-	Addr() string
-	// Allgather sends mine to every rank and returns every rank's
-	// contribution, indexed by rank. It is collective.
-	Allgather(mine []byte) ([][]byte, error)
-	// Close releases the channel.
-	Close() error
-}
-
-// ErrBootstrap means the job's start-up exchange failed: missing or bad
-// environment, unreachable rendezvous, or a peer that failed authentication.
-var ErrBootstrap = errors.New("transport: bootstrap failed")
-
-// BootstrapTimeout bounds the start-up exchange.
-var BootstrapTimeout = 60 * time.Second
-
 // RendezvousConfig describes a TCP rendezvous hosted by rank 0.
 type RendezvousConfig struct {
 	Rank, Size int
 	Rendezvous string // host:port rank 0 listens on
 	Secret     []byte
 	Addr       string // IP this rank's fabric listens on
-}
-
-// BootstrapFromEnv reads the environment rmarun sets (RMAGO_RANK,
-// RMAGO_SIZE, RMAGO_RENDEZVOUS, RMAGO_SECRET, RMAGO_ADDR). A program started
-// without rmarun runs as a single rank.
-func BootstrapFromEnv() (Bootstrap, error) {
-	if os.Getenv(launch.EnvRank) == "" && os.Getenv(launch.EnvSize) == "" {
-		secret := make([]byte, 32)
-		copy(secret, "rmago single-rank job")
-		return Rendezvous(RendezvousConfig{Rank: 0, Size: 1, Secret: secret, Addr: launch.DefaultAddr})
-	}
-	rank, err1 := strconv.Atoi(os.Getenv(launch.EnvRank))
-	size, err2 := strconv.Atoi(os.Getenv(launch.EnvSize))
-	secret, err3 := hex.DecodeString(os.Getenv(launch.EnvSecret))
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return nil, fmt.Errorf("%w: bad environment (%s, %s, %s): %v", ErrBootstrap, launch.EnvRank, launch.EnvSize, launch.EnvSecret, err)
-	}
-	addr := os.Getenv(launch.EnvAddr)
-	if addr == "" {
-		addr = launch.DefaultAddr
-	}
-	return Rendezvous(RendezvousConfig{Rank: rank, Size: size, Rendezvous: os.Getenv(launch.EnvRendezvous), Secret: secret, Addr: addr})
+	// Listener, on rank 0, is an already open listener to use instead of
+	// listening on Rendezvous; it is left open.
+	Listener *net.TCPListener
+	// Nodes, if known, is the node identity of every rank (see Topology).
+	Nodes []string
 }
 
 // Rendezvous starts the TCP rendezvous: rank 0 listens on cfg.Rendezvous
 // and the others dial it (retrying until rank 0 is up), each connection
-// authenticated with the job secret.
+// authenticated with the job secret. Rank 0 authenticates connections
+// concurrently, each within auth.Timeout: a connection that stays silent,
+// speaks something else or fails the proof is dropped and never fails the
+// job, which only fails if the real ranks do not all arrive in time.
 func Rendezvous(cfg RendezvousConfig) (Bootstrap, error) {
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("%w: rank %d of size %d", ErrBootstrap, cfg.Rank, cfg.Size)
@@ -83,8 +42,11 @@ func Rendezvous(cfg RendezvousConfig) (Bootstrap, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, fmt.Errorf("%w: the job secret must have at least 16 bytes", ErrBootstrap)
 	}
-	if cfg.Size > 1 && cfg.Rendezvous == "" {
+	if cfg.Size > 1 && cfg.Rendezvous == "" && (cfg.Rank != 0 || cfg.Listener == nil) {
 		return nil, fmt.Errorf("%w: no rendezvous address (%s)", ErrBootstrap, launch.EnvRendezvous)
+	}
+	if cfg.Nodes != nil && len(cfg.Nodes) != cfg.Size {
+		return nil, fmt.Errorf("%w: %d node identities for %d ranks", ErrBootstrap, len(cfg.Nodes), cfg.Size)
 	}
 	b := &rendezvous{cfg: cfg}
 	deadline := time.Now().Add(BootstrapTimeout)
@@ -92,31 +54,18 @@ func Rendezvous(cfg RendezvousConfig) (Bootstrap, error) {
 		return b, nil
 	}
 	if cfg.Rank == 0 {
-		ln, err := net.Listen("tcp", cfg.Rendezvous)
-		if err != nil {
-			return nil, fmt.Errorf("%w: rank 0 listening on %s: %v", ErrBootstrap, cfg.Rendezvous, err)
+		ln := cfg.Listener
+		if ln == nil {
+			l, err := net.Listen("tcp", cfg.Rendezvous)
+			if err != nil {
+				return nil, fmt.Errorf("%w: rank 0 listening on %s: %v", ErrBootstrap, cfg.Rendezvous, err)
+			}
+			ln = l.(*net.TCPListener)
+			defer ln.Close()
 		}
-		defer ln.Close()
-		b.peers = make([]net.Conn, cfg.Size)
-		for got := 1; got < cfg.Size; {
-			ln.(*net.TCPListener).SetDeadline(deadline)
-			conn, err := ln.Accept()
-			if err != nil {
-				b.Close()
-				return nil, fmt.Errorf("%w: waiting for %d more ranks: %v", ErrBootstrap, cfg.Size-got, err)
-			}
-			payload, err := auth.Accept(conn, cfg.Secret, authRole)
-			if err != nil {
-				conn.Close() // not one of ours
-				continue
-			}
-			r := int(binary.LittleEndian.Uint32(payload[:]))
-			if r <= 0 || r >= cfg.Size || b.peers[r] != nil {
-				conn.Close()
-				continue
-			}
-			b.peers[r] = conn
-			got++
+		if err := b.acceptAll(ln, deadline); err != nil {
+			b.Close()
+			return nil, err
 		}
 		return b, nil
 	}
@@ -130,15 +79,94 @@ func Rendezvous(cfg RendezvousConfig) (Bootstrap, error) {
 				return b, nil
 			}
 			conn.Close()
-			if errors.Is(err, auth.ErrAuth) && !errors.Is(err, io.EOF) {
-				return nil, fmt.Errorf("%w: %v", ErrBootstrap, err)
+			if !retryable(err) {
+				return nil, fmt.Errorf("%w: rank %d at rank 0's rendezvous %s: %v", ErrBootstrap, cfg.Rank, cfg.Rendezvous, err)
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%w: rank 0 at %s unreachable: %v", ErrBootstrap, cfg.Rendezvous, err)
+			return nil, fmt.Errorf("%w: rank %d: rank 0 at %s unreachable: %v", ErrBootstrap, cfg.Rank, cfg.Rendezvous, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// retryable reports whether a failed handshake with rank 0 may succeed
+// later: rank 0 closed or did not answer (it is not accepting yet, or
+// dropped the connection among others), as opposed to a proof that is wrong.
+func retryable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// acceptAll is rank 0's side: it accepts connections until every other
+// rank has arrived, authenticating each in its own goroutine.
+func (b *rendezvous) acceptAll(ln *net.TCPListener, deadline time.Time) error {
+	size := b.cfg.Size
+	type arrival struct {
+		rank int
+		conn net.Conn
+	}
+	arrivals := make(chan arrival)
+	stop := make(chan struct{})
+	acceptDone := make(chan error, 1)
+	var dropped atomic.Int64
+	ln.SetDeadline(deadline)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				acceptDone <- err
+				return
+			}
+			go func() {
+				// auth.Accept bounds the handshake by auth.Timeout.
+				payload, err := auth.Accept(conn, b.cfg.Secret, authRole)
+				if err != nil {
+					conn.Close() // not one of ours, or silent
+					dropped.Add(1)
+					return
+				}
+				select {
+				case arrivals <- arrival{int(binary.LittleEndian.Uint32(payload[:])), conn}:
+				case <-stop:
+					conn.Close()
+				}
+			}()
+		}
+	}()
+	b.peers = make([]net.Conn, size)
+	var err error
+	for got := 1; got < size && err == nil; {
+		select {
+		case a := <-arrivals:
+			if a.rank <= 0 || a.rank >= size || b.peers[a.rank] != nil {
+				a.conn.Close()
+				dropped.Add(1)
+				continue
+			}
+			b.peers[a.rank] = a.conn
+			got++
+		case aerr := <-acceptDone:
+			var missing []int
+			for r := 1; r < size; r++ {
+				if b.peers[r] == nil {
+					missing = append(missing, r)
+				}
+			}
+			err = fmt.Errorf("%w: rank 0 waiting at %s for ranks %v: %v (%d other connections dropped: silent, not rmago, or wrong secret)",
+				ErrBootstrap, ln.Addr(), missing, aerr, dropped.Load())
+			acceptDone <- aerr // for the wait below
+		}
+	}
+	close(stop)
+	// Stop the accepting goroutine, leaving the listener open for the
+	// caller when it is the caller's.
+	ln.SetDeadline(time.Now())
+	<-acceptDone
+	ln.SetDeadline(time.Time{})
+	return err
 }
 
 const authRole = "rmago-bootstrap"
@@ -231,3 +259,6 @@ func readMsg(r io.Reader) ([]byte, error) {
 	_, err := io.ReadFull(r, msg)
 	return msg, err
 }
+
+// Nodes returns the ranks' node identities when the rendezvous was given them.
+func (b *rendezvous) Nodes() []string { return b.cfg.Nodes }
