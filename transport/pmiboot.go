@@ -41,7 +41,10 @@ type PMIConfig struct {
 // the process and its launcher hold; Hydra's -pmi-port listens on TCP,
 // where another user who learns the port and a PMI id could read it.
 func BootstrapPMI(cfg PMIConfig) (Bootstrap, error) {
-	if cfg.Getenv == nil {
+	// Only the process's own environment names one session for its
+	// lifetime; an explicit Getenv (tests) always opens a new one.
+	remember := cfg.Getenv == nil
+	if remember {
 		cfg.Getenv = os.Getenv
 	}
 	if cfg.Wire == 0 {
@@ -55,10 +58,12 @@ func BootstrapPMI(cfg PMIConfig) (Bootstrap, error) {
 		}
 	}
 	key := pmiSessionKey(cfg.Getenv)
-	pmiSessions.Lock()
-	defer pmiSessions.Unlock()
-	if s, ok := pmiSessions.m[key]; ok {
-		return Rendezvous(s)
+	if remember {
+		pmiSessions.Lock()
+		defer pmiSessions.Unlock()
+		if s, ok := pmiSessions.m[key]; ok {
+			return Rendezvous(s)
+		}
 	}
 	c, err := pmi.Open(pmi.Config{Getenv: cfg.Getenv, Wire: cfg.Wire, Timeout: BootstrapTimeout, Trace: cfg.Trace})
 	if err != nil {
@@ -69,10 +74,14 @@ func BootstrapPMI(cfg PMIConfig) (Bootstrap, error) {
 		c.Close()
 		return nil, fmt.Errorf("%w: PMI-%d rank %s: %w", ErrBootstrap, cfg.Wire, cfg.Getenv(pmi.EnvRank)+cfg.Getenv(pmi.EnvID), err)
 	}
-	if pmiSessions.m == nil {
-		pmiSessions.m = map[string]RendezvousConfig{}
+	if remember {
+		if pmiSessions.m == nil {
+			pmiSessions.m = map[string]RendezvousConfig{}
+		}
+		pmiSessions.m[key] = b.again
+	} else if b.again.Listener != nil {
+		b.ownLn = b.again.Listener // closed with the bootstrap
 	}
-	pmiSessions.m[key] = b.again
 	return b, nil
 }
 
@@ -107,6 +116,7 @@ type pmiBoot struct {
 	nodes  []string
 	seq    int
 	again  RendezvousConfig // how a later bootstrap of this process rejoins
+	ownLn  *net.TCPListener // rank 0's rendezvous when no later bootstrap may use it
 }
 
 func startPMI(c pmi.Client, getenv func(string) string) (*pmiBoot, error) {
@@ -281,6 +291,9 @@ func (b *pmiBoot) agKey(r, chunk int) string {
 // finalizing as failed and ends the job. The process manager closes the
 // connection after the finalize.
 func (b *pmiBoot) Close() error {
+	if b.ownLn != nil {
+		b.ownLn.Close()
+	}
 	err := b.c.Finalize()
 	if cerr := b.c.Close(); err == nil && !errors.Is(cerr, net.ErrClosed) {
 		err = cerr
