@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rmago/rmago/internal/launch"
+	"github.com/rmago/rmago/internal/pmi"
 )
 
 // Bootstrap is the out-of-band channel a job uses once, at start-up, to
@@ -55,6 +56,11 @@ func BootstrapFromEnv() (Bootstrap, error) {
 	switch kind {
 	case launch.PMI:
 		return BootstrapPMI(PMIConfig{})
+	case launch.PMIx:
+		if !pmi.PMIxBuilt {
+			return nil, fmt.Errorf("%w: %w", ErrBootstrap, launch.PMIxUnsupported(os.Getenv))
+		}
+		return BootstrapPMI(PMIConfig{Wire: pmi.WirePMIx})
 	case launch.Rmarun:
 		return rmarunFromEnv()
 	}

@@ -21,7 +21,8 @@ type PMIConfig struct {
 	// Getenv reads the environment (PMI_*, RMAGO_ADDR, RMAGO_NODE, the
 	// launchers' hints); nil means os.Getenv.
 	Getenv func(string) string
-	// Wire is the PMI wire protocol, 1 or 2; 0 means RMAGO_PMI, else 1.
+	// Wire is the PMI wire protocol, 1 or 2, or pmi.WirePMIx for libpmix
+	// (build tag pmix); 0 means RMAGO_PMI, else 1.
 	Wire int
 	// Trace, if not nil, receives every PMI message.
 	Trace func(string)
@@ -65,14 +66,20 @@ func BootstrapPMI(cfg PMIConfig) (Bootstrap, error) {
 			return Rendezvous(s)
 		}
 	}
-	c, err := pmi.Open(pmi.Config{Getenv: cfg.Getenv, Wire: cfg.Wire, Timeout: BootstrapTimeout, Trace: cfg.Trace})
+	var c pmi.Client
+	var err error
+	if cfg.Wire == pmi.WirePMIx {
+		c, err = pmi.OpenPMIx(cfg.Trace)
+	} else {
+		c, err = pmi.Open(pmi.Config{Getenv: cfg.Getenv, Wire: cfg.Wire, Timeout: BootstrapTimeout, Trace: cfg.Trace})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: PMI-%d: %w", ErrBootstrap, cfg.Wire, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBootstrap, wireName(cfg.Wire), err)
 	}
 	b, err := startPMI(c, cfg.Getenv)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("%w: PMI-%d rank %s: %w", ErrBootstrap, cfg.Wire, cfg.Getenv(pmi.EnvRank)+cfg.Getenv(pmi.EnvID), err)
+		return nil, fmt.Errorf("%w: %s rank %d: %w", ErrBootstrap, wireName(cfg.Wire), c.Rank(), err)
 	}
 	if remember {
 		if pmiSessions.m == nil {
@@ -93,7 +100,20 @@ var pmiSessions struct {
 }
 
 func pmiSessionKey(getenv func(string) string) string {
-	return getenv(pmi.EnvFD) + "|" + getenv(pmi.EnvPort) + "|" + getenv(pmi.EnvID) + "|" + getenv(pmi.EnvRank)
+	return getenv(pmi.EnvFD) + "|" + getenv(pmi.EnvPort) + "|" + getenv(pmi.EnvID) + "|" + getenv(pmi.EnvRank) + "|" + getenv("PMIX_RANK")
+}
+
+// ownedGetter is a client whose keys belong to the rank that put them (PMIx).
+type ownedGetter interface {
+	GetFrom(owner int, key string) (string, error)
+}
+
+// get returns the value rank owner put under key.
+func get(c pmi.Client, owner int, key string) (string, error) {
+	if g, ok := c.(ownedGetter); ok {
+		return g.GetFrom(owner, key)
+	}
+	return c.Get(key)
 }
 
 // KVS keys. Values hold no spaces, '=' or ';': node identities and
@@ -150,7 +170,7 @@ func startPMI(c pmi.Client, getenv func(string) string) (*pmiBoot, error) {
 		return nil, err
 	}
 	if b.rank != 0 {
-		v, err := c.Get(keyRoot)
+		v, err := get(c, 0, keyRoot)
 		if err != nil {
 			return nil, fmt.Errorf("rank 0's entry: %w", err)
 		}
@@ -180,7 +200,7 @@ func startPMI(c pmi.Client, getenv func(string) string) (*pmiBoot, error) {
 		v := mine
 		if r != b.rank {
 			var err error
-			if v, err = c.Get(keyRank + strconv.Itoa(r)); err != nil {
+			if v, err = get(c, r, keyRank+strconv.Itoa(r)); err != nil {
 				return nil, fmt.Errorf("rank %d's entry: %w", r, err)
 			}
 		}
@@ -228,9 +248,16 @@ func (b *pmiBoot) Secret() []byte  { return b.secret }
 func (b *pmiBoot) Addr() string    { return b.addr }
 func (b *pmiBoot) Nodes() []string { return b.nodes }
 func (b *pmiBoot) String() string {
-	return fmt.Sprintf("PMI-%d rank %d of %d", b.c.Wire(), b.rank, b.size)
+	return fmt.Sprintf("%s rank %d of %d", b.wireName(), b.rank, b.size)
 }
-func (b *pmiBoot) wireName() string { return "PMI-" + strconv.Itoa(b.c.Wire()) }
+func (b *pmiBoot) wireName() string { return wireName(b.c.Wire()) }
+
+func wireName(w int) string {
+	if w == pmi.WirePMIx {
+		return "PMIx"
+	}
+	return "PMI-" + strconv.Itoa(w)
+}
 
 // Allgather puts mine into the KVS in chunks, fences, and gets every other
 // rank's chunks. Keys are new for every call, so that a Get never sees an
@@ -258,7 +285,7 @@ func (b *pmiBoot) Allgather(mine []byte) ([][]byte, error) {
 		if r == b.rank {
 			continue
 		}
-		v, err := b.c.Get(b.agKey(r, 0))
+		v, err := get(b.c, r, b.agKey(r, 0))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s allgather, rank %d's part: %w", ErrBootstrap, b.wireName(), r, err)
 		}
@@ -270,7 +297,7 @@ func (b *pmiBoot) Allgather(mine []byte) ([][]byte, error) {
 		var sb strings.Builder
 		sb.WriteString(first)
 		for i := 1; i < k; i++ {
-			v, err := b.c.Get(b.agKey(r, i))
+			v, err := get(b.c, r, b.agKey(r, i))
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s allgather, rank %d's part %d: %w", ErrBootstrap, b.wireName(), r, i, err)
 			}

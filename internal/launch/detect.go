@@ -29,6 +29,10 @@ const (
 	// PMI: a PMI-1/PMI-2 process manager (Hydra's mpiexec, srun
 	// --mpi=pmi2): PMI_FD, or PMI_PORT with PMI_ID.
 	PMI
+	// PMIx: a PMIx server (srun --mpi=pmix, Open MPI's mpirun): PMIX_RANK
+	// or PMIX_NAMESPACE. Joining needs the PMIx client (build tag pmix);
+	// without it, PMIxUnsupported is the error to report.
+	PMIx
 )
 
 func (l Launcher) String() string {
@@ -37,6 +41,8 @@ func (l Launcher) String() string {
 		return "rmarun"
 	case PMI:
 		return "PMI"
+	case PMIx:
+		return "PMIx"
 	}
 	return "singleton"
 }
@@ -47,16 +53,19 @@ func (l Launcher) String() string {
 var ErrLauncher = errors.New("launch: started by a launcher rmago cannot join")
 
 // Detect tells how the process was started: the RMAGO_* contract first,
-// then PMI, else a true singleton. A multi-rank job of a launcher rmago
-// cannot join (Open MPI's mpirun, a PMIx-only launcher, srun without
-// --mpi=pmi2) is an error wrapping ErrLauncher that names the launcher and
-// a command that works.
+// then PMI, then PMIx, else a true singleton. A multi-rank job of a
+// launcher rmago cannot join (Open MPI's mpirun without PMIx variables,
+// srun without --mpi=pmi2) is an error wrapping ErrLauncher that names the
+// launcher and a command that works.
 func Detect(getenv func(string) string) (Launcher, error) {
 	if getenv(EnvRank) != "" || getenv(EnvSize) != "" {
 		return Rmarun, nil
 	}
 	if getenv("PMI_FD") != "" || getenv("PMI_PORT") != "" {
 		return PMI, nil
+	}
+	if getenv("PMIX_RANK") != "" || getenv("PMIX_NAMESPACE") != "" {
+		return PMIx, nil
 	}
 	many := func(name string) (int, bool) {
 		n, err := strconv.Atoi(getenv(name))
@@ -65,10 +74,6 @@ func Detect(getenv func(string) string) (Launcher, error) {
 	if n, ok := many("OMPI_COMM_WORLD_SIZE"); ok {
 		return Singleton, fmt.Errorf("%w: Open MPI's mpirun started %d ranks (OMPI_COMM_WORLD_SIZE=%d) and speaks only PMIx; "+
 			"start the job with `rmarun -n %d`, MPICH's `mpiexec -n %d` (Hydra) or `srun --mpi=pmi2 -n %d`", ErrLauncher, n, n, n, n, n)
-	}
-	if getenv("PMIX_RANK") != "" || getenv("PMIX_NAMESPACE") != "" {
-		return Singleton, fmt.Errorf("%w: a PMIx launcher started this rank (PMIX_RANK=%s, e.g. `srun --mpi=pmix` or prterun); "+
-			"use `srun --mpi=pmi2`, MPICH's `mpiexec` (Hydra) or `rmarun`", ErrLauncher, getenv("PMIX_RANK"))
 	}
 	if getenv("SLURM_PROCID") != "" {
 		n, ok := many("SLURM_STEP_NUM_TASKS")
@@ -88,4 +93,15 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// PMIxUnsupported is the error for a PMIx launcher when the binary has no
+// PMIx client: it names the launcher and the commands that work.
+func PMIxUnsupported(getenv func(string) string) error {
+	who := "a PMIx launcher (`srun --mpi=pmix`, prterun)"
+	if n := getenv("OMPI_COMM_WORLD_SIZE"); n != "" {
+		who = "Open MPI's mpirun (" + n + " ranks)"
+	}
+	return fmt.Errorf("%w: %s started this rank (PMIX_RANK=%s) and speaks only PMIx; build with `-tags pmix` (libpmix-dev), "+
+		"or start the job with `srun --mpi=pmi2`, MPICH's `mpiexec` (Hydra) or `rmarun`", ErrLauncher, who, getenv("PMIX_RANK"))
 }

@@ -20,7 +20,8 @@ func TestDetect(t *testing.T) {
 		{map[string]string{"PMI_FD": "11", "SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, PMI, ""},
 		{map[string]string{"OMPI_COMM_WORLD_SIZE": "1"}, Singleton, ""},
 		{map[string]string{"OMPI_COMM_WORLD_SIZE": "4"}, Singleton, "Open MPI's mpirun started 4 ranks"},
-		{map[string]string{"PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.7.0"}, Singleton, "use `srun --mpi=pmi2`"},
+		{map[string]string{"PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.7.0"}, PMIx, ""},
+		{map[string]string{"PMIX_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4"}, PMIx, ""},
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4"}, Singleton, "srun started 4 tasks without PMI (no PMI_FD: --mpi=none); use `srun --mpi=pmi2 -n 4`"},
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, Singleton, "use `srun --mpi=pmi2 -n 2`"},
 		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, Singleton, ""},
@@ -36,5 +37,15 @@ func TestDetect(t *testing.T) {
 		case c.err != "" && (!errors.Is(err, ErrLauncher) || !strings.Contains(err.Error(), c.err)):
 			t.Errorf("%v: error %v, want ErrLauncher with %q", c.env, err, c.err)
 		}
+	}
+}
+
+func TestPMIxUnsupported(t *testing.T) {
+	err := PMIxUnsupported(func(k string) string {
+		return map[string]string{"PMIX_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}[k]
+	})
+	if !errors.Is(err, ErrLauncher) || !strings.Contains(err.Error(), "Open MPI's mpirun (4 ranks) started this rank (PMIX_RANK=1)") ||
+		!strings.Contains(err.Error(), "srun --mpi=pmi2") {
+		t.Fatal(err)
 	}
 }

@@ -246,3 +246,6 @@ func checkKV(key, value string) error {
 	}
 	return nil
 }
+
+// WirePMIx is what Client.Wire returns for the PMIx client (OpenPMIx).
+const WirePMIx = 3
