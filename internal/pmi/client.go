@@ -17,6 +17,7 @@
 package pmi
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -198,7 +199,7 @@ func (w *wire) fill() error {
 func (w *wire) line() (string, error) {
 	w.arm()
 	for {
-		if i := strings.IndexByte(string(w.buf), '\n'); i >= 0 {
+		if i := bytes.IndexByte(w.buf, '\n'); i >= 0 {
 			s := string(w.buf[:i])
 			w.buf = w.buf[i+1:]
 			if w.trace != nil {
