@@ -48,7 +48,8 @@ var (
 // World is this rank's membership of a job: its rank, the job's size, and
 // the connected fabric every window uses.
 type World struct {
-	f *transport.Fabric
+	f    *transport.Fabric
+	topo transport.Topology
 
 	mu     sync.Mutex
 	regs   []localRegion    // registered memory usable as origin buffers
@@ -156,10 +157,13 @@ type localRegion struct {
 // Options configure InitWith; they are the transport's.
 type Options = transport.Options
 
-// Init joins the job described by the environment that rmarun sets
-// (RMAGO_RANK, RMAGO_SIZE, RMAGO_RENDEZVOUS, RMAGO_SECRET, RMAGO_ADDR,
-// RMAGO_PROVIDER). A program started on its own runs as a job of one rank.
-// It is collective.
+// Init joins the job the environment describes: rmarun's (RMAGO_RANK,
+// RMAGO_SIZE, RMAGO_RENDEZVOUS, RMAGO_SECRET, RMAGO_ADDR, RMAGO_PROVIDER),
+// else a PMI launcher's (MPICH's mpiexec, srun --mpi=pmi2; PMI-1, or PMI-2
+// with RMAGO_PMI=2). A program started on its own runs as a job of one rank;
+// one started as a rank of a job rmago cannot join (Open MPI's mpirun,
+// srun without --mpi=pmi2) gets an error naming a command that works.
+// See docs/launch.md. It is collective.
 func Init() (*World, error) {
 	b, err := transport.BootstrapFromEnv()
 	if err != nil {
@@ -171,11 +175,16 @@ func Init() (*World, error) {
 // InitWith joins the job that bootstrap b describes, with explicit options.
 // Tests and other launchers use it; programs use Init.
 func InitWith(b transport.Bootstrap, opt Options) (*World, error) {
+	topo, err := transport.TopologyOf(b)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
 	f, err := transport.Open(b, opt)
 	if err != nil {
 		return nil, err
 	}
-	w := &World{f: f}
+	w := &World{f: f, topo: topo}
 	if w.stage, err = newStager(w); err != nil {
 		f.Close()
 		return nil, err
@@ -193,6 +202,17 @@ func (w *World) Rank() int { return w.f.Rank() }
 
 // Size is the number of ranks in the job.
 func (w *World) Size() int { return w.f.Size() }
+
+// NodeRank is this rank's index among the ranks on its node (see LocalPeers).
+func (w *World) NodeRank() int { return w.topo.NodeRank() }
+
+// NodeSize is the number of ranks on this rank's node, itself included.
+func (w *World) NodeSize() int { return w.topo.NodeSize() }
+
+// LocalPeers returns the ranks on this rank's node, itself included, in
+// ascending order: the ranks whose node identity (host, boot, network
+// namespace, launcher's node name, or RMAGO_NODE) equals this rank's.
+func (w *World) LocalPeers() []int { return w.topo.LocalPeers() }
 
 // Provider describes the verbs device in use ("soft0" on the soft provider).
 func (w *World) Provider() verbs.DeviceAttr { return w.f.Device() }

@@ -38,13 +38,16 @@ var Timeout = 30 * time.Second
 func Run(t testing.TB, n int, fn func(w *rma.World) error) {
 	t.Helper()
 	if InProcesses() {
-		size, _ := strconv.Atoi(os.Getenv(launch.EnvSize))
-		if size != n {
+		if size := jobSize(); size != 0 && size != n {
 			t.Skipf("written for %d ranks; this job has %d", n, size)
 		}
 		w, err := rma.Init()
 		if err != nil {
-			t.Fatalf("rank %s: %v", os.Getenv(launch.EnvRank), err)
+			t.Fatalf("rank %s: %v", os.Getenv(launch.EnvRank)+os.Getenv("PMI_RANK"), err)
+		}
+		if w.Size() != n { // the size was not in the environment
+			w.Close()
+			t.Skipf("written for %d ranks; this job has %d", n, w.Size())
 		}
 		err = fn(w)
 		if cerr := w.Close(); err == nil {
@@ -63,8 +66,22 @@ func Run(t testing.TB, n int, fn func(w *rma.World) error) {
 }
 
 // InProcesses reports whether this test process is one rank of a job that
-// rmarun started.
-func InProcesses() bool { return os.Getenv(launch.EnvRank) != "" }
+// rmarun or a PMI launcher (mpiexec, srun --mpi=pmi2) started.
+func InProcesses() bool {
+	k, _ := launch.Detect(os.Getenv)
+	return k != launch.Singleton
+}
+
+// jobSize is the job's size as the launcher's environment gives it
+// (RMAGO_SIZE, PMI_SIZE), or 0 when it does not (mpiexec -pmi-port).
+func jobSize() int {
+	for _, v := range []string{launch.EnvSize, "PMI_SIZE"} {
+		if n, err := strconv.Atoi(os.Getenv(v)); err == nil {
+			return n
+		}
+	}
+	return 0
+}
 
 // Start is Run without a testing.TB, always in-process: it returns each
 // rank's error.
