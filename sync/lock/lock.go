@@ -125,40 +125,27 @@ import (
 
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // Misuse errors, errors.Is-able. They leave the state unchanged.
 var (
-	// ErrLocked: a lock on this target (or lock_all) is already held or
-	// being acquired by this rank, or a lock and lock_all are mixed.
+	// ErrLocked: a lock on this target (or lock_all) is already held,
+	// being acquired or being released by this rank, or a lock and
+	// lock_all are mixed.
 	ErrLocked = errors.New("lock: already locked by this rank")
 	// ErrNotLocked: unlock of a lock this rank does not hold (or holds in
 	// the other mode).
 	ErrNotLocked = errors.New("lock: not locked by this rank")
 	// ErrRank: the target rank is out of range.
 	ErrRank = errors.New("lock: rank out of range")
+	// ErrJobSize: the job has more ranks than the Global word can count
+	// (maxClass).
+	ErrJobSize = errors.New("lock: job too large for the lock words")
 )
 
 // Leader is the rank whose Global word arbitrates between exclusive locks
 // and lock_all.
 const Leader = 0
-
-// Result words in the control region (control.Scratch + these).
-const (
-	slotA = 0
-	slotB = 1
-)
-
-// Global word halves.
-const (
-	globalAll  = uint64(1)       // one lock_all holder
-	globalExcl = uint64(1) << 32 // one exclusive lock
-	minusOne   = ^uint64(0)      // -1
-	minusExcl  = ^globalExcl + 1 // -(1<<32)
-	// Adding control.ExclusiveBit clears it when set: 1<<63 is its own
-	// two's complement negation.
-)
 
 // Per-target state.
 const (
@@ -166,6 +153,7 @@ const (
 	stAcquiring
 	stShared
 	stExclusive
+	stReleasing
 	stMode    = 0x0f
 	stNoCheck = 0x80 // taken without atomics: released without them
 )
@@ -176,19 +164,23 @@ type Locks struct {
 	f    *transport.Fabric
 	size int
 
-	mu    sync.Mutex
-	state []uint8 // per target
-	all   uint8   // lock_all
-	nheld int     // targets not in stNone
+	mu    sync.Mutex // guards state, all and nheld; never held across a remote wait
+	state []uint8    // per target
+	all   uint8      // lock_all
+	nheld int        // targets not in stNone
 
-	wr  verbs.SendWR // reused for every atomic (the fabric copies it)
-	sge [1]verbs.SGE
+	slots []slot // per target, then lock_all's
 }
 
 // New returns the lock protocol of the window whose control region is c.
 // It is local (not collective) and takes no lock.
 func New(c *control.Region) *Locks {
-	return &Locks{c: c, f: c.F, size: c.F.Size(), state: make([]uint8, c.F.Size())}
+	n := c.F.Size()
+	l := &Locks{c: c, f: c.F, size: n, state: make([]uint8, n), slots: make([]slot, n+1)}
+	for t := range l.slots {
+		l.slots[t] = slot{l: l, word: control.LockResult(n, t)}
+	}
+	return l
 }
 
 // Lock takes a shared or exclusive lock on rank target's window, waiting
@@ -207,8 +199,8 @@ func (l *Locks) LockNoCheck(target int, exclusive bool) error {
 }
 
 // LockAll takes a shared lock on every rank's window (MPI_Win_lock_all)
-// with one atomic at the leader, waiting while an exclusive lock is held or
-// being acquired anywhere.
+// with one atomic at the leader, waiting while exclusive locks are held
+// (or, for fairness, waited for) anywhere.
 func (l *Locks) LockAll() error { return l.lockAll(false) }
 
 // LockAllNoCheck records lock_all without taking it (MPI_MODE_NOCHECK):
@@ -220,94 +212,102 @@ func (l *Locks) lock(target int, exclusive, noCheck bool) error {
 	if target < 0 || target >= l.size {
 		return fmt.Errorf("%w: lock of rank %d in a job of %d", ErrRank, target, l.size)
 	}
+	if l.size > maxClass {
+		return fmt.Errorf("%w: %d ranks, at most %d", ErrJobSize, l.size, maxClass)
+	}
 	mode := stShared
 	if exclusive {
 		mode = stExclusive
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case l.all != stNone:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock of rank %d while lock_all is held", ErrLocked, target)
 	case l.state[target] != stNone:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: rank %d", ErrLocked, target)
 	}
 	l.nheld++
 	if noCheck {
 		l.state[target] = mode | stNoCheck
+		l.mu.Unlock()
 		return nil
 	}
 	l.state[target] = stAcquiring
+	l.mu.Unlock()
+
+	// The target's slot is this call's alone while the state says
+	// stAcquiring.
 	var b backoff
 	b.reset(l.f.Timeout())
-	for {
-		var ok bool
-		var err error
-		if exclusive {
-			ok, err = l.tryExclusive(target)
-		} else {
-			ok, err = l.tryShared(target)
-		}
-		if err == nil && ok {
-			l.state[target] = mode
-			return nil
-		}
-		if err == nil {
-			err = l.pause(&b, target)
-		}
-		if err != nil {
-			l.state[target] = stNone
-			l.nheld--
-			return fmt.Errorf("lock: %s lock on rank %d: %w", modeName(exclusive), target, err)
-		}
+	var err error
+	if exclusive {
+		err = l.lockExclusive(&l.slots[target], target, &b)
+	} else {
+		err = l.lockShared(&l.slots[target], target, &b)
 	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.state[target] = stNone
+		l.nheld--
+		return fmt.Errorf("lock: %s lock on rank %d: %w", modeName(exclusive), target, err)
+	}
+	l.state[target] = mode
+	return nil
 }
 
 func (l *Locks) lockAll(noCheck bool) error {
+	if l.size > maxClass {
+		return fmt.Errorf("%w: %d ranks, at most %d", ErrJobSize, l.size, maxClass)
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case l.all != stNone:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock_all is already held", ErrLocked)
 	case l.nheld > 0:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock_all while %d lock(s) are held", ErrLocked, l.nheld)
 	}
 	if noCheck {
 		l.all = stShared | stNoCheck
+		l.mu.Unlock()
 		return nil
 	}
 	l.all = stAcquiring
+	l.mu.Unlock()
+
 	var b backoff
 	b.reset(l.f.Timeout())
-	for {
-		ok, err := l.tryAll()
-		if err == nil && ok {
-			l.all = stShared
-			return nil
-		}
-		if err == nil {
-			err = l.pause(&b, -1)
-		}
-		if err != nil {
-			l.all = stNone
-			return fmt.Errorf("lock: lock_all: %w", err)
-		}
+	sl := &l.slots[l.size]
+	old, err := sl.add(Leader, control.Global, classAll.one())
+	if err == nil {
+		err = l.enterGlobal(sl, classAll, old, &b, -1)
 	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.all = stNone
+		return fmt.Errorf("lock: lock_all: %w", err)
+	}
+	l.all = stShared
+	return nil
 }
 
-// pause backs off once after a failed attempt, with l.mu released
-// meanwhile. It fails when the deadline has passed or a connection of this
-// rank has failed (target < 0: lock_all).
+// pause backs off once while a lock is busy. It fails when the deadline
+// has passed or a connection of this rank has failed (target < 0:
+// lock_all).
 func (l *Locks) pause(b *backoff, target int) error {
 	for r := range l.size {
 		if err := l.f.Err(r); err != nil {
 			return fmt.Errorf("rank %d failed while the lock was busy (it may be the holder): %w", r, err)
 		}
 	}
-	l.mu.Unlock()
-	ok := b.pause()
-	l.mu.Lock()
-	if !ok {
+	if !b.pause() {
 		return fmt.Errorf("%w after %v (the lock stayed busy)", transport.ErrTimeout, l.f.Timeout())
 	}
 	return nil
@@ -326,26 +326,41 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 		mode = stExclusive
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	st := l.state[target]
 	switch {
-	case st == stNone || st == stAcquiring:
+	case st&stMode != stShared && st&stMode != stExclusive:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: rank %d", ErrNotLocked, target)
 	case st&stMode != mode:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: rank %d is locked %s, not %s", ErrNotLocked, target,
 			modeName(st&stMode == stExclusive), modeName(exclusive))
 	}
-	l.state[target] = stNone
-	l.nheld--
 	if st&stNoCheck != 0 {
+		l.state[target] = stNone
+		l.nheld--
+		l.mu.Unlock()
 		return nil
 	}
+	l.state[target] = stReleasing
+	l.mu.Unlock()
+
+	sl := &l.slots[target]
 	var err error
 	if exclusive {
-		err = l.release2(target, control.Lock, control.ExclusiveBit, Leader, control.Global, minusExcl)
+		var oldG uint64
+		_, oldG, err = sl.add2(target, control.Lock, exclusiveBit, Leader, control.Global, classExcl.minusOne())
+		if err == nil {
+			err = l.handOver(sl, classExcl, oldG)
+		}
 	} else {
-		err = l.release(target, control.Lock, minusOne)
+		_, err = sl.add(target, control.Lock, minusShared)
 	}
+
+	l.mu.Lock()
+	l.state[target] = stNone
+	l.nheld--
+	l.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("lock: unlock of rank %d: %w", target, err)
 	}
@@ -356,16 +371,25 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 // issued under it.
 func (l *Locks) UnlockAll() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	st := l.all
-	if st == stNone || st == stAcquiring {
+	if st&stMode != stShared {
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock_all", ErrNotLocked)
 	}
-	l.all = stNone
 	if st&stNoCheck != 0 {
+		l.all = stNone
+		l.mu.Unlock()
 		return nil
 	}
-	if err := l.release(Leader, control.Global, minusOne); err != nil {
+	l.all = stReleasing
+	l.mu.Unlock()
+
+	err := l.releaseGlobal(&l.slots[l.size], classAll)
+
+	l.mu.Lock()
+	l.all = stNone
+	l.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("lock: unlock_all: %w", err)
 	}
 	return nil
@@ -373,7 +397,7 @@ func (l *Locks) UnlockAll() error {
 
 // Held reports the lock this rank holds on target: held, and whether it is
 // exclusive. Locks recorded with LockNoCheck count. A lock being acquired
-// is not held yet.
+// or released is not held.
 func (l *Locks) Held(target int) (held, exclusive bool) {
 	if target < 0 || target >= l.size {
 		return false, false
@@ -389,103 +413,6 @@ func (l *Locks) HeldAll() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.all&stMode == stShared
-}
-
-// tryShared is one attempt at a shared lock on t; l.mu held.
-func (l *Locks) tryShared(t int) (bool, error) {
-	old, err := l.atomic(t, control.Lock, verbs.OpFetchAdd, 1, 0, slotA)
-	if err != nil || old&control.ExclusiveBit == 0 {
-		return err == nil, err
-	}
-	return false, l.release(t, control.Lock, minusOne)
-}
-
-// tryExclusive is one attempt at an exclusive lock on t; l.mu held. The
-// Global increment and the swap are posted together and awaited together.
-func (l *Locks) tryExclusive(t int) (bool, error) {
-	seqG, err := l.post(Leader, control.Global, verbs.OpFetchAdd, globalExcl, 0, slotA)
-	if err != nil {
-		return false, err
-	}
-	seqT, errT := l.post(t, control.Lock, verbs.OpCompareSwap, 0, control.ExclusiveBit, slotB)
-	// Wait for the Global increment even if the swap could not be posted:
-	// it must be undone.
-	if err := l.f.Wait(Leader, seqG); err != nil {
-		return false, err
-	}
-	allFree := uint32(l.c.Load(control.Scratch+slotA)) == 0
-	swapped := false
-	if errT == nil {
-		if errT = l.f.Wait(t, seqT); errT == nil {
-			swapped = l.c.Load(control.Scratch+slotB) == 0
-		}
-	}
-	if errT == nil && allFree && swapped {
-		return true, nil
-	}
-	// Undo what succeeded: the Global increment always, the exclusive bit
-	// if the swap set it.
-	var uerr error
-	if swapped {
-		uerr = l.release2(t, control.Lock, control.ExclusiveBit, Leader, control.Global, minusExcl)
-	} else {
-		uerr = l.release(Leader, control.Global, minusExcl)
-	}
-	return false, errors.Join(errT, uerr)
-}
-
-// tryAll is one attempt at lock_all; l.mu held.
-func (l *Locks) tryAll() (bool, error) {
-	old, err := l.atomic(Leader, control.Global, verbs.OpFetchAdd, globalAll, 0, slotA)
-	if err != nil || old>>32 == 0 {
-		return err == nil, err
-	}
-	return false, l.release(Leader, control.Global, minusOne)
-}
-
-// release adds v to rank r's word w and waits for it; l.mu held.
-func (l *Locks) release(r, w int, v uint64) error {
-	_, err := l.atomic(r, w, verbs.OpFetchAdd, v, 0, slotA)
-	return err
-}
-
-// release2 adds v1 to r1's word w1 and v2 to r2's word w2, posting both
-// before waiting for either; l.mu held.
-func (l *Locks) release2(r1, w1 int, v1 uint64, r2, w2 int, v2 uint64) error {
-	seq1, err := l.post(r1, w1, verbs.OpFetchAdd, v1, 0, slotA)
-	if err != nil {
-		return err
-	}
-	seq2, err2 := l.post(r2, w2, verbs.OpFetchAdd, v2, 0, slotB)
-	err = l.f.Wait(r1, seq1)
-	if err2 == nil {
-		err2 = l.f.Wait(r2, seq2)
-	}
-	return errors.Join(err, err2)
-}
-
-// atomic runs one remote atomic on rank r's word w and returns the old
-// value; l.mu held.
-func (l *Locks) atomic(r, w int, op verbs.Opcode, a, b uint64, slot int) (uint64, error) {
-	seq, err := l.post(r, w, op, a, b, slot)
-	if err != nil {
-		return 0, err
-	}
-	if err := l.f.Wait(r, seq); err != nil {
-		return 0, err
-	}
-	return l.c.Load(control.Scratch + slot), nil
-}
-
-// post posts a signalled atomic on rank r's word w whose old value lands in
-// result word slot; l.mu held. Being signalled, its own completion tells
-// Wait it is done, without an extra flush request.
-func (l *Locks) post(r, w int, op verbs.Opcode, a, b uint64, slot int) (uint64, error) {
-	local := l.c.LocalAt(control.Scratch + slot)
-	remote := l.c.RemoteAt(r, w)
-	l.sge[0] = verbs.SGE{Addr: local.Addr, Length: 8, LKey: local.LKey}
-	l.wr = verbs.SendWR{Op: op, Flags: verbs.Signaled, SGL: l.sge[:], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: a, Swap: b}
-	return l.f.Post(r, &l.wr)
 }
 
 func modeName(exclusive bool) string {
