@@ -10,9 +10,9 @@ import (
 // apart. It counts, for each class (lock_all and exclusive), its holders
 // and its waiters, and keeps a generation per class and a turn bit:
 //
-//	bits  0-13  lock_all holders      bits 28-41  exclusive holders
-//	bits 14-27  lock_all waiters      bits 42-55  exclusive waiters
-//	bits 56-58  lock_all generation   bits 59-61  exclusive generation
+//	bits  0-12  lock_all holders      bits 26-38  exclusive holders
+//	bits 13-25  lock_all waiters      bits 39-51  exclusive waiters
+//	bits 52-56  lock_all generation   bits 57-61  exclusive generation
 //	bit  62     turn: set, exclusive lockers win a tie; clear, lock_all
 //
 // Holders of one class exclude holders of the other; members of a class
@@ -20,9 +20,9 @@ import (
 // words instead). The counts change by fetch-add, the rest only by
 // compare-and-swap.
 const (
-	fieldBits = 14
+	fieldBits = 13
 	fieldMask = 1<<fieldBits - 1
-	genBits   = 3
+	genBits   = 5
 	genMask   = 1<<genBits - 1
 	turnBit   = uint64(1) << 62
 
@@ -38,8 +38,8 @@ type class struct {
 }
 
 var (
-	classAll  = class{hold: 0, wait: 14, gen: 56, turn: false}
-	classExcl = class{hold: 28, wait: 42, gen: 59, turn: true}
+	classAll  = class{hold: 0, wait: 13, gen: 52, turn: false}
+	classExcl = class{hold: 26, wait: 39, gen: 57, turn: true}
 )
 
 func (c class) other() class {

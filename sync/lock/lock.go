@@ -5,47 +5,83 @@
 //
 // # Words
 //
-// Two levels of 8-byte words of the control region (package sync/control):
+// Two levels of 8-byte words of the control region (package sync/control),
+// after foMPI's design:
 //
-//   - every rank's Lock word: bit 63 (control.ExclusiveBit) is set while
-//     some rank holds the exclusive lock on that rank; the low 32 bits count
-//     shared holders (and shared lockers that are about to back off);
-//   - the leader's (rank 0's) Global word: the low 32 bits count lock_all
-//     holders, the high 32 bits exclusive locks held, or being acquired, on
-//     any rank.
+//   - every rank's Lock word (target.go): bit 63 (control.ExclusiveBit) is
+//     set while some rank holds the exclusive lock on that rank; bits 32-61
+//     count exclusive lockers waiting for it; the low 32 bits count shared
+//     holders (and shared lockers about to withdraw);
+//   - the leader's (rank 0's) Global word (global.go) keeps lock_all and
+//     exclusive locks apart: for each of the two classes it counts holders
+//     and waiters, and keeps a generation; a turn bit settles ties.
 //
 // A lock_all holder is a shared holder of every rank without touching any of
-// them: exclusive lockers meet it at the leader instead.
+// them: exclusive lockers meet it at the leader instead. Shared locks touch
+// only their target; exclusive locks of different targets meet only at the
+// leader's word, where they share (one fetch-add each), and never wait for
+// each other there.
 //
 // # Protocol
 //
-//   - Shared lock on T: fetch-add T.Lock += 1. If the old value had the
-//     exclusive bit, add -1 back and retry after a backoff.
-//   - Exclusive lock on T: fetch-add leader.Global += 1<<32 and, at the same
-//     time (both posted before either is awaited, one round trip),
-//     compare-and-swap T.Lock from 0 to the exclusive bit. The lock is
-//     taken if no lock_all holder was counted (low half of the old Global
-//     zero) and the swap succeeded; otherwise whichever of the two
-//     succeeded is undone (Global -= 1<<32; T.Lock -= exclusive bit, an
-//     addition so that shared lockers' passing increments survive), and the
-//     attempt is retried after a backoff.
-//   - lock_all: fetch-add leader.Global += 1. If the old value's high half
-//     is not zero (an exclusive lock is held or being taken somewhere), add
-//     -1 back and retry after a backoff.
-//   - Unlocks are the matching additions: shared T.Lock -= 1; exclusive
-//     T.Lock -= exclusive bit and leader.Global -= 1<<32 (both posted, then
-//     both awaited); lock_all leader.Global -= 1. Negative addends are
-//     two's complement.
+// The Global word is a two-class phase lock. An arrival of class C
+// (lock_all, or an exclusive locker) adds one C holder. It holds at once if
+// the other class O neither held nor waited; otherwise it turns itself
+// into a C waiter (one more fetch-add) and waits. Waiters never add and
+// undo increments in a loop (which made the two classes fail each other's
+// attempts: the old protocol's cliff); they read the word (a fetch-add of
+// zero) with backoff, and when its state allows C in, one of them moves
+// every C waiter to the holders with one compare-and-swap, advancing C's
+// generation, which is how the others learn they hold. C's waiters may
+// convert when O holds nothing and either C is in its phase (holds) and O
+// does not wait, or nobody holds and O does not wait or C has the turn; a
+// conversion gives the turn to O. The last holder of a phase hands over to
+// the other class's waiters (one compare-and-swap) when it releases, so
+// they need not wait for their next look.
 //
-// Mutual exclusion follows from the atomics' total order on each word: of an
-// exclusive locker and a lock_all locker, the later increment of Global sees
-// the earlier one; of an exclusive and a shared locker of T, the swap fails
-// on a counted shared holder and the shared locker sees the exclusive bit.
+// Hence phases alternate: an arrival that finds the other class waiting
+// waits behind it, so a waiter of O sees at most the running C phase and
+// one more (a tie the turn gave to C) before its own: neither lock_all nor
+// exclusive lockers starve. One exception keeps a rank that holds an
+// exclusive lock and asks for another from deadlocking behind a lock_all
+// waiter (which waits for the first lock): being an exclusive holder
+// already, it is admitted at once (its arrival is posted under the mutex,
+// so that on the queue pair to the leader it precedes the release of the
+// lock it holds).
+//
+//   - Shared lock on T: fetch-add T.Lock += 1. If no writer holds or waits,
+//     held. If a writer holds but none waits, keep the count (new writers
+//     now wait for it) and read T.Lock until the exclusive bit is clear.
+//     If a writer waits, writers go first: add -1 back, read until no
+//     writer holds or waits, and start again.
+//   - Exclusive lock on T: fetch-add an exclusive arrival at the Global word
+//     and, posted together (one round trip), compare-and-swap T.Lock from 0
+//     to the exclusive bit. Held if both succeeded. If lock_all holds or
+//     waits, give T back (if the swap took it) and wait at the Global word
+//     as an exclusive waiter. Once the Global word is held and if T was not
+//     free, count itself a waiting writer at T (which keeps new shared
+//     lockers out), read T.Lock until no lock is held there, and swap the
+//     exclusive bit in (uncounting itself in the same swap).
+//   - lock_all: a lock_all arrival at the Global word, then as above.
+//   - Unlocks are the matching additions: shared T.Lock -= 1; exclusive
+//     T.Lock -= exclusive bit and one exclusive holder less at the Global
+//     word (both posted, then both awaited); lock_all one lock_all holder
+//     less. Negative addends are two's complement. The last holder of a
+//     phase may add a hand-over compare-and-swap.
+//
+// Mutual exclusion: of the Global word's classes, a holder is counted
+// from its admission to its release, and an arrival or a conversion of
+// one class requires that the other class count no holder in the same
+// atomic's value. At T, the exclusive bit is set only by a swap from a
+// value with no shared count and no exclusive bit, and a shared locker
+// holds only if its increment found no exclusive bit, or waits until the
+// bit is clear, keeping its count, which keeps any later swap from
+// succeeding.
 //
 // # Costs
 //
 // Uncontended, in remote atomics and round trips (an atomic to oneself goes
-// through the loopback queue pair and costs the same):
+// through the loopback queue pair and costs the same), as before:
 //
 //	Lock shared     1 atomic,  1 round trip
 //	Lock exclusive  2 atomics, 1 round trip
@@ -54,45 +90,42 @@
 //	Unlock excl.    2 atomics, 1 round trip
 //	UnlockAll       1 atomic,  1 round trip
 //
-// A failed attempt costs one more atomic per increment it undoes (the undo
-// is awaited, so that the result word can be reused) plus the backoff.
+// Contended, a locker that must wait costs 1 more atomic to become a
+// waiter (2 for an exclusive locker whose swap had taken T), one read per
+// look while it waits, and at most one compare-and-swap per change of the
+// word it waits on; a writer waiting at T adds 1 atomic to count itself.
 // Every atomic is a signalled request awaited with the fabric's Wait: no
 // extra flush request is needed to learn its completion.
 //
-// # Fairness and backoff
+// # Backoff
 //
-// The lock is not fair and not FIFO: there is no queue, only retries.
-//   - A steady stream of shared lockers of T can starve an exclusive locker
-//     of T: the swap needs T.Lock to be exactly zero, which ranks reading in
-//     a tight loop may never leave it (seen in tests: seven readers
-//     re-locking within 0.2 ms of each unlock kept a writer out for ~15 s
-//     on one CPU).
-//   - Likewise a steady stream of lock_all holders starves exclusive
-//     lockers everywhere, and a steady stream of exclusive lockers (on any
-//     ranks) starves lock_all.
-//   - Contenders that keep colliding (an exclusive and a lock_all locker
-//     each counting the other) can in principle retry forever, but the
-//     jittered backoff makes repeated collisions geometrically unlikely.
+// A waiter looks again after a pause: about 1 µs at first, doubling up to
+// about 1 ms, each drawn uniformly from [d/2, d] (jitter). Pauses under
+// 50 µs yield the processor (runtime.Gosched) until they have passed;
+// longer ones sleep. A look is a read, which changes nothing, so many
+// waiters looking do not make each other fail. A wait is bounded by the
+// fabric's timeout (transport.Fabric.Timeout; RMAGO_TIMEOUT): then the
+// waiter withdraws (uncounts itself) and fails with an error wrapping
+// transport.ErrTimeout.
 //
-// A failed attempt waits before the next: about 1 µs at first, doubling up
-// to about 1 ms, each wait drawn uniformly from [d/2, d] (jitter). Waits
-// under 50 µs yield the processor (runtime.Gosched) until they have passed;
-// longer ones sleep (Go's timers usually stretch them to about 1 ms). So a
-// contended word sees at most one attempt per round trip plus backoff from
-// each waiter, about one per millisecond after the first ten tries: no
-// waiter ever spins on a remote word. What the backoff does not give is a
-// bound on the number of attempts: a waiter that keeps losing waits until
-// the fabric's timeout (transport.Fabric.Timeout; RMAGO_TIMEOUT) and fails
-// with an error wrapping transport.ErrTimeout.
+// # Limits and caveats
+//
+// The Global word counts at most 8191 (maxClass) of each: lock_all
+// holders and waiters (ranks; a larger job fails with ErrJobSize), and
+// exclusive locks held or being taken at once over the job (at most one
+// per rank and target, so a job of up to 90 ranks cannot exceed it).
+// Writers go first at a target: a steady stream of exclusive lockers of
+// one target can starve its shared lockers, and, as with any
+// writer-preferring lock, a program that holds one lock while requesting
+// another can deadlock where a reader-preferring lock would not.
 //
 // # Failures
 //
 // An atomic to a failed rank fails at once with that connection's error. A
 // waiting Lock or LockAll also gives up as soon as any of this rank's
 // connections has failed: the lock words do not say who holds a lock, so
-// the dead rank may be the holder. Otherwise a wait is bounded by the
-// fabric's timeout. After a fabric error the lock words may keep an
-// increment of this rank's (the job is expected to end, as MPI's errors
+// the dead rank may be the holder. After a fabric error the lock words may
+// keep a count of this rank's (the job is expected to end, as MPI's errors
 // are fatal by default).
 //
 // # What the caller does
@@ -112,10 +145,12 @@
 //
 // # Concurrency
 //
-// A Locks may be used by several goroutines: its state and the result
-// words are guarded by a mutex that is released while a caller backs off.
-// Locks uses the control region's result words control.Scratch+0 and
-// control.Scratch+1; other users of the region must keep off them.
+// A Locks may be used by several goroutines, on different targets at once:
+// its mutex guards only the per-target states and is never held across a
+// remote wait. Each target (and lock_all) has its own pair of result words
+// (control.LockResult) and work request, used by one call at a time: a
+// second call on a target that is being locked, is held or is being
+// released by this rank fails with ErrLocked.
 package lock
 
 import (
@@ -125,6 +160,7 @@ import (
 
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
+	"github.com/rmago/rmago/verbs"
 )
 
 // Misuse errors, errors.Is-able. They leave the state unchanged.
@@ -168,6 +204,10 @@ type Locks struct {
 	state []uint8    // per target
 	all   uint8      // lock_all
 	nheld int        // targets not in stNone
+	// nexcl counts this rank's exclusive locks held with atomics, each an
+	// exclusive holder at the Global word. While it is not zero, another
+	// exclusive lock is admitted there at once (see lock).
+	nexcl int
 
 	slots []slot // per target, then lock_all's
 }
@@ -235,17 +275,32 @@ func (l *Locks) lock(target int, exclusive, noCheck bool) error {
 		return nil
 	}
 	l.state[target] = stAcquiring
-	l.mu.Unlock()
-
 	// The target's slot is this call's alone while the state says
 	// stAcquiring.
-	var b backoff
-	b.reset(l.f.Timeout())
+	sl := &l.slots[target]
+	// A rank that already holds an exclusive lock is an exclusive holder
+	// at the Global word: a second exclusive lock joins it there without
+	// waiting, since lock_all cannot be held meanwhile. (Waiting behind a
+	// lock_all waiter would deadlock: it waits for the first lock's
+	// release.) Posting the arrival under the mutex orders it, on the
+	// queue pair to the leader, before the release of any lock this rank
+	// holds, which Unlock posts under the mutex as well.
+	var seqG uint64
 	var err error
-	if exclusive {
-		err = l.lockExclusive(&l.slots[target], target, &b)
-	} else {
-		err = l.lockShared(&l.slots[target], target, &b)
+	joined := exclusive && l.nexcl > 0
+	if joined {
+		seqG, err = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.one(), 0, 0)
+	}
+	l.mu.Unlock()
+
+	if err == nil {
+		var b backoff
+		b.reset(l.f.Timeout())
+		if exclusive {
+			err = l.lockExclusive(sl, target, &b, joined, seqG)
+		} else {
+			err = l.lockShared(sl, target, &b)
+		}
 	}
 
 	l.mu.Lock()
@@ -256,6 +311,9 @@ func (l *Locks) lock(target int, exclusive, noCheck bool) error {
 		return fmt.Errorf("lock: %s lock on rank %d: %w", modeName(exclusive), target, err)
 	}
 	l.state[target] = mode
+	if exclusive {
+		l.nexcl++
+	}
 	return nil
 }
 
@@ -343,18 +401,30 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 		return nil
 	}
 	l.state[target] = stReleasing
-	l.mu.Unlock()
-
 	sl := &l.slots[target]
 	var err error
-	if exclusive {
-		var oldG uint64
-		_, oldG, err = sl.add2(target, control.Lock, exclusiveBit, Leader, control.Global, classExcl.minusOne())
-		if err == nil {
-			err = l.handOver(sl, classExcl, oldG)
-		}
-	} else {
+	if !exclusive {
+		l.mu.Unlock()
 		_, err = sl.add(target, control.Lock, minusShared)
+	} else {
+		// Posted under the mutex: see lock.
+		l.nexcl--
+		var seqT, seqG uint64
+		seqT, err = sl.post(target, control.Lock, verbs.OpFetchAdd, exclusiveBit, 0, 0)
+		errG := err
+		if err == nil {
+			seqG, errG = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.minusOne(), 0, 1)
+		}
+		l.mu.Unlock()
+		if err == nil {
+			err = l.f.Wait(target, seqT)
+		}
+		if errG == nil {
+			if errG = l.f.Wait(Leader, seqG); errG == nil {
+				errG = l.handOver(sl, classExcl, sl.result(1))
+			}
+		}
+		err = errors.Join(err, errG)
 	}
 
 	l.mu.Lock()

@@ -65,10 +65,16 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 // exclusive bit together (one round trip uncontended). If lock_all holds
 // or waits, it gives the target back and waits at the Global word first;
 // then, if the target was not free, it waits at the target as a writer.
-func (l *Locks) lockExclusive(sl *slot, t int, b *backoff) error {
-	seqG, err := sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.one(), 0, 0)
-	if err != nil {
-		return err
+//
+// joined: this rank already holds an exclusive lock and lock (under its
+// mutex) posted the Global arrival as seqG; it is admitted whatever the
+// word says.
+func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uint64) error {
+	var err error
+	if !joined {
+		if seqG, err = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.one(), 0, 0); err != nil {
+			return err
+		}
 	}
 	seqT, errT := sl.post(t, control.Lock, verbs.OpCompareSwap, 0, exclusiveBit, 1)
 	if err := l.f.Wait(Leader, seqG); err != nil {
@@ -82,7 +88,7 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff) error {
 		return errors.Join(errT, l.releaseGlobal(sl, classExcl))
 	}
 	gotT := sl.result(1) == 0
-	if !classExcl.admits(oldG) {
+	if !joined && !classExcl.admits(oldG) {
 		// Hold nothing while waiting for lock_all's phase to end: a
 		// reserved target would keep its other lockers waiting on us, and
 		// admitted writers of it would keep lock_all (and us) waiting.
