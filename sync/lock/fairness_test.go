@@ -297,3 +297,78 @@ func TestSecondExclusiveWhileLockAllWaits(t *testing.T) {
 		return nil
 	})
 }
+
+// TestNestedExclusiveWithLockAll: half the ranks take lock_all back to
+// back and check every pair untorn; each other rank holds exclusive locks
+// on two targets at once (the second joins the first at the Global word)
+// and increments both pairs one word at a time. Every pair ends at its
+// exact count, and nothing deadlocks.
+func TestNestedExclusiveWithLockAll(t *testing.T) {
+	const n, k = 6, 12
+	var writersLeft atomic.Int32
+	writersLeft.Store(n / 2)
+	runJob(t, n, jobOpts{timeout: 10 * time.Second}, func(r *rank) error {
+		l := New(r.C)
+		me := r.Me()
+		if me < n/2 {
+			for i := 0; writersLeft.Load() > 0 && i < maxLoops; i++ {
+				if err := l.LockAll(); err != nil {
+					return fmt.Errorf("lock_all %d: %w", i, err)
+				}
+				for tg := range n {
+					if err := r.Read(tg, 0, stageOff, 16); err != nil {
+						return err
+					}
+					if a, b := r.U64(stageOff), r.U64(stageOff+8); a != b {
+						return fmt.Errorf("lock_all: rank %d's pair torn (%d, %d)", tg, a, b)
+					}
+				}
+				if err := l.UnlockAll(); err != nil {
+					return err
+				}
+			}
+		} else {
+			t1, t2 := me%n, (me+1)%n
+			for i := range k {
+				for _, tg := range []int{t1, t2} {
+					if err := l.Lock(tg, true); err != nil {
+						return fmt.Errorf("round %d: exclusive lock on %d: %w", i, tg, err)
+					}
+				}
+				for _, tg := range []int{t1, t2} {
+					if err := r.Read(tg, 0, stageOff, 8); err != nil {
+						return err
+					}
+					v := r.U64(stageOff) + 1
+					for _, off := range []int{0, 8} {
+						if err := r.Write(tg, off, stageOff+16+off, v); err != nil {
+							return err
+						}
+						if err := r.F.Flush(tg); err != nil {
+							return err
+						}
+					}
+				}
+				for _, tg := range []int{t2, t1} {
+					if err := l.Unlock(tg, true); err != nil {
+						return err
+					}
+				}
+			}
+			writersLeft.Add(-1)
+		}
+		if err := r.F.Barrier(); err != nil {
+			return err
+		}
+		want := uint64(0)
+		for w := n / 2; w < n; w++ {
+			if w%n == me || (w+1)%n == me {
+				want += k
+			}
+		}
+		if a, b := r.Load(0), r.Load(8); a != want || b != want {
+			return fmt.Errorf("pair (%d, %d), want %d", a, b, want)
+		}
+		return nil
+	})
+}
