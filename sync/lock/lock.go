@@ -410,21 +410,21 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 		// Posted under the mutex: see lock.
 		l.nexcl--
 		var seqT, seqG uint64
+		var errG error
 		seqT, err = sl.post(target, control.Lock, verbs.OpFetchAdd, exclusiveBit, 0, 0)
-		errG := err
 		if err == nil {
 			seqG, errG = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.minusOne(), 0, 1)
 		}
 		l.mu.Unlock()
 		if err == nil {
 			err = l.f.Wait(target, seqT)
-		}
-		if errG == nil {
-			if errG = l.f.Wait(Leader, seqG); errG == nil {
-				errG = l.handOver(sl, classExcl, sl.result(1))
+			if errG == nil {
+				if errG = l.f.Wait(Leader, seqG); errG == nil {
+					errG = l.handOver(sl, classExcl, sl.result(1))
+				}
 			}
+			err = errors.Join(err, errG)
 		}
-		err = errors.Join(err, errG)
 	}
 
 	l.mu.Lock()
