@@ -21,16 +21,35 @@ type outcome struct {
 // kind is what round i of rank r does: 0 lock_all, 1 exclusive, 2 shared.
 func kind(r, i int) int { return (i + r) % 3 }
 
+// config is one run: rounds per rank; hot sends every exclusive and
+// shared lock to rank 0 (one hot target) instead of spreading them.
+type config struct {
+	rounds  int
+	hot     bool
+	verbose bool // every rank prints its lock waits
+}
+
 // exclTarget and sharedTarget are the targets of rank r's round i.
-func exclTarget(r, i, n int) int   { return (r + i) % n }
-func sharedTarget(r, i, n int) int { return (r + 7*i + 1) % n }
+func exclTarget(cfg config, r, i, n int) int {
+	if cfg.hot {
+		return 0
+	}
+	return (r + i) % n
+}
+
+func sharedTarget(cfg config, r, i, n int) int {
+	if cfg.hot {
+		return 0
+	}
+	return (r + 7*i + 1) % n
+}
 
 // increments is the number of exclusive increments rank t receives.
-func increments(t, n, rounds int) int64 {
+func increments(cfg config, t, n int) int64 {
 	var c int64
 	for r := range n {
-		for i := range rounds {
-			if kind(r, i) == 1 && exclTarget(r, i, n) == t {
+		for i := range cfg.rounds {
+			if kind(r, i) == 1 && exclTarget(cfg, r, i, n) == t {
 				c++
 			}
 		}
@@ -38,7 +57,8 @@ func increments(t, n, rounds int) int64 {
 	return c
 }
 
-func run(w *rma.World, rounds int, verbose bool) (outcome, error) {
+func run(w *rma.World, cfg config) (outcome, error) {
+	rounds := cfg.rounds
 	var o outcome
 	n, me := w.Size(), w.Rank()
 	win, err := rma.Allocate[int64](w, 2)
@@ -90,7 +110,7 @@ func run(w *rma.World, rounds int, verbose bool) (outcome, error) {
 				return o, err
 			}
 		case 1:
-			t := exclTarget(me, i, n)
+			t := exclTarget(cfg, me, i, n)
 			tl := time.Now()
 			err := win.Lock(t, rma.Exclusive, 0)
 			lockWait[1] += time.Since(tl)
@@ -117,7 +137,7 @@ func run(w *rma.World, rounds int, verbose bool) (outcome, error) {
 				return o, err
 			}
 		case 2:
-			t := sharedTarget(me, i, n)
+			t := sharedTarget(cfg, me, i, n)
 			tl := time.Now()
 			err := win.Lock(t, rma.Shared, 0)
 			lockWait[2] += time.Since(tl)
@@ -134,14 +154,14 @@ func run(w *rma.World, rounds int, verbose bool) (outcome, error) {
 		maxRound = max(maxRound, time.Since(t0))
 	}
 	elapsed := time.Since(start)
-	if verbose {
+	if cfg.verbose {
 		fmt.Fprintf(os.Stderr, "rank %d: %v, of which waiting for lock_all %v, exclusive locks %v, shared locks %v\n", me,
 			elapsed.Round(time.Millisecond), lockWait[0].Round(time.Millisecond), lockWait[1].Round(time.Millisecond), lockWait[2].Round(time.Millisecond))
 	}
 	if err := w.Barrier(); err != nil {
 		return o, err
 	}
-	want := increments(me, n, rounds)
+	want := increments(cfg, me, n)
 	local := win.Local()
 	bad := torn
 	if local[0] != want || local[1] != want {

@@ -19,10 +19,13 @@ func TestMain(m *testing.M) {
 // TestLockMix runs the mix in-process at a few job sizes: every pair must
 // end at its exact count with no torn read.
 func TestLockMix(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 5} {
-		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
-			rmatest.Run(t, n, func(w *rma.World) error {
-				o, err := run(w, 30, false)
+	for _, c := range []struct {
+		n   int
+		hot bool
+	}{{1, false}, {2, false}, {3, false}, {5, false}, {4, true}} {
+		t.Run(fmt.Sprintf("%dranks/hot=%v", c.n, c.hot), func(t *testing.T) {
+			rmatest.Run(t, c.n, func(w *rma.World) error {
+				o, err := run(w, config{rounds: 30, hot: c.hot})
 				if err == nil && !o.verified {
 					err = fmt.Errorf("not verified: %s", o.why)
 				}
@@ -34,11 +37,12 @@ func TestLockMix(t *testing.T) {
 
 // TestIncrements: the expected counts add up to the exclusive rounds.
 func TestIncrements(t *testing.T) {
-	const n, rounds = 7, 50
+	const n = 7
+	cfg := config{rounds: 50}
 	var sum, excl int64
 	for r := range n {
-		sum += increments(r, n, rounds)
-		for i := range rounds {
+		sum += increments(cfg, r, n)
+		for i := range cfg.rounds {
 			if kind(r, i) == 1 {
 				excl++
 			}
@@ -51,4 +55,5 @@ func TestIncrements(t *testing.T) {
 
 func TestProcesses(t *testing.T) {
 	apptest.Run(t, 4, "-rounds", "30")
+	apptest.Run(t, 3, "-rounds", "30", "-hot")
 }

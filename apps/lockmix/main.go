@@ -5,11 +5,12 @@
 // checks that no reader ever sees a torn pair and that every pair ends at
 // exactly the number of increments it received.
 //
-//	rmarun -n 32 ./lockmix [-rounds 200] [-json] [-v]
+//	rmarun -n 32 ./lockmix [-rounds 200] [-hot] [-json] [-v]
 //
 // Round i of rank r is lock_all if (i+r)%3 == 0, exclusive if 1, shared if
 // 2; its target is (r+i)%n for the exclusive lock and (r+7i+1)%n for the
-// shared one. docs/reliability.md ("Lock scaling") records its figures.
+// shared one; with -hot, every exclusive and shared lock targets rank 0.
+// docs/reliability.md ("Lock scaling") records its figures.
 package main
 
 import (
@@ -23,13 +24,19 @@ func main() {
 	rounds := flag.Int("rounds", 200, "rounds per rank")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	verbose := flag.Bool("v", false, "every rank prints its time waiting for locks (stderr)")
+	hot := flag.Bool("hot", false, "every exclusive and shared lock targets rank 0")
 	flag.Parse()
 	report.Run("lockmix", *asJSON, func(w *rma.World) (*report.Result, string, error) {
-		o, err := run(w, *rounds, *verbose)
+		cfg := config{rounds: *rounds, hot: *hot, verbose: *verbose}
+		o, err := run(w, cfg)
 		if err != nil {
 			return nil, "", err
 		}
-		r := &report.Result{App: "lockmix", Variant: "mixed", Provider: w.Provider().Name, Ranks: w.Size(),
+		variant := "mixed"
+		if cfg.hot {
+			variant = "hot"
+		}
+		r := &report.Result{App: "lockmix", Variant: variant, Provider: w.Provider().Name, Ranks: w.Size(),
 			N: w.Size(), Iterations: *rounds, Verified: o.verified,
 			Extra: map[string]float64{
 				"locks/s":               float64(*rounds) * float64(w.Size()) / o.elapsed.Seconds(),
