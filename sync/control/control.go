@@ -18,20 +18,22 @@ const verbsAccessAll = verbs.AccessAll
 
 // Word indices in a control region. Each word is 8 bytes, 8-byte aligned.
 const (
-	// Lock is the per-target lock word: bit 63 set while a rank holds the
-	// exclusive lock on this rank's window; the low 32 bits count shared holders.
+	// Lock is the per-target lock word: bit 63 (ExclusiveBit) set while a
+	// rank holds the exclusive lock on this rank's window; bits 32-61 count
+	// exclusive lockers waiting for it; the low 32 bits count shared
+	// holders (sync/lock describes the protocol).
 	Lock = 0
-	// Global is meaningful at the leader (rank 0) only: the low 32 bits
-	// count ranks holding lock_all, the high 32 bits count exclusive locks
-	// held (or being acquired) on any rank. It keeps lock_all and exclusive
-	// locks apart without touching every rank.
+	// Global is meaningful at the leader (rank 0) only: it keeps lock_all
+	// and exclusive locks apart without touching every rank, counting the
+	// holders and waiters of each (sync/lock describes its fields).
 	Global = 1
 	// Complete counts PSCW completions received: each origin of an access
 	// epoch to this rank adds 1 when it completes.
 	Complete = 2
 	// Scratch is the first of ScratchWords words where the results of this
 	// rank's own remote atomics land (old values of fetch-add and
-	// compare-swap). A protocol uses them under its own lock.
+	// compare-swap). A protocol uses them under its own lock. (sync/lock
+	// has its own result words: LockResult.)
 	Scratch      = 8
 	ScratchWords = 8
 	// PostBase + r counts the exposure epochs rank r posted to this rank
@@ -39,8 +41,14 @@ const (
 	PostBase = Scratch + ScratchWords
 )
 
+// LockResult is the first of the two result words where the old values
+// of the lock protocol's atomics for target t land (t == size: lock_all),
+// in a job of size ranks. Each target has its own pair, so that locks of
+// different targets may be taken concurrently.
+func LockResult(size, t int) int { return PostBase + size + 2*t }
+
 // Words is the length of a control region, in words, for a job of size ranks.
-func Words(size int) int { return PostBase + size }
+func Words(size int) int { return LockResult(size, size+1) }
 
 // ExclusiveBit is the exclusive flag of a Lock word.
 const ExclusiveBit = uint64(1) << 63

@@ -1,6 +1,10 @@
 package lock
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
 
 // BenchmarkLockUnlock measures an uncontended exclusive lock and unlock of
 // the rank itself (through the loopback queue pair) and of a peer.
@@ -29,6 +33,47 @@ func BenchmarkLockUnlock(b *testing.B) {
 				}
 				b.StopTimer()
 				return nil
+			})
+		})
+	}
+}
+
+// BenchmarkMixed: every rank of an in-process job cycles through lock_all,
+// an exclusive lock and a shared lock (on targets that move with the
+// iteration), as apps/lockmix does with data; one op is one cycle of one
+// rank. It measures the protocol under contention, without data.
+func BenchmarkMixed(b *testing.B) {
+	for _, n := range []int{4, 8} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			runJob(b, n, jobOpts{}, func(r *rank) error {
+				l := New(r.C)
+				me := r.Me()
+				if err := r.F.Barrier(); err != nil {
+					return err
+				}
+				if me == 0 {
+					b.ReportAllocs()
+					b.ResetTimer()
+				}
+				for i := range b.N {
+					err := errors.Join(l.LockAll(), l.UnlockAll())
+					if err == nil {
+						tg := (me + i) % n
+						err = errors.Join(l.Lock(tg, true), l.Unlock(tg, true))
+					}
+					if err == nil {
+						tg := (me + 2*i + 1) % n
+						err = errors.Join(l.Lock(tg, false), l.Unlock(tg, false))
+					}
+					if err != nil {
+						return err
+					}
+				}
+				err := r.F.Barrier()
+				if me == 0 {
+					b.StopTimer()
+				}
+				return err
 			})
 		})
 	}

@@ -5,47 +5,83 @@
 //
 // # Words
 //
-// Two levels of 8-byte words of the control region (package sync/control):
+// Two levels of 8-byte words of the control region (package sync/control),
+// after foMPI's design:
 //
-//   - every rank's Lock word: bit 63 (control.ExclusiveBit) is set while
-//     some rank holds the exclusive lock on that rank; the low 32 bits count
-//     shared holders (and shared lockers that are about to back off);
-//   - the leader's (rank 0's) Global word: the low 32 bits count lock_all
-//     holders, the high 32 bits exclusive locks held, or being acquired, on
-//     any rank.
+//   - every rank's Lock word (target.go): bit 63 (control.ExclusiveBit) is
+//     set while some rank holds the exclusive lock on that rank; bits 32-61
+//     count exclusive lockers waiting for it; the low 32 bits count shared
+//     holders (and shared lockers about to withdraw);
+//   - the leader's (rank 0's) Global word (global.go) keeps lock_all and
+//     exclusive locks apart: for each of the two classes it counts holders
+//     and waiters, and keeps a generation; a turn bit settles ties.
 //
 // A lock_all holder is a shared holder of every rank without touching any of
-// them: exclusive lockers meet it at the leader instead.
+// them: exclusive lockers meet it at the leader instead. Shared locks touch
+// only their target; exclusive locks of different targets meet only at the
+// leader's word, where they share (one fetch-add each), and never wait for
+// each other there.
 //
 // # Protocol
 //
-//   - Shared lock on T: fetch-add T.Lock += 1. If the old value had the
-//     exclusive bit, add -1 back and retry after a backoff.
-//   - Exclusive lock on T: fetch-add leader.Global += 1<<32 and, at the same
-//     time (both posted before either is awaited, one round trip),
-//     compare-and-swap T.Lock from 0 to the exclusive bit. The lock is
-//     taken if no lock_all holder was counted (low half of the old Global
-//     zero) and the swap succeeded; otherwise whichever of the two
-//     succeeded is undone (Global -= 1<<32; T.Lock -= exclusive bit, an
-//     addition so that shared lockers' passing increments survive), and the
-//     attempt is retried after a backoff.
-//   - lock_all: fetch-add leader.Global += 1. If the old value's high half
-//     is not zero (an exclusive lock is held or being taken somewhere), add
-//     -1 back and retry after a backoff.
-//   - Unlocks are the matching additions: shared T.Lock -= 1; exclusive
-//     T.Lock -= exclusive bit and leader.Global -= 1<<32 (both posted, then
-//     both awaited); lock_all leader.Global -= 1. Negative addends are
-//     two's complement.
+// The Global word is a two-class phase lock. An arrival of class C
+// (lock_all, or an exclusive locker) adds one C holder. It holds at once if
+// the other class O neither held nor waited; otherwise it turns itself
+// into a C waiter (one more fetch-add) and waits. Waiters never add and
+// undo increments in a loop (which made the two classes fail each other's
+// attempts: the old protocol's cliff); they read the word (a fetch-add of
+// zero) with backoff, and when its state allows C in, one of them moves
+// every C waiter to the holders with one compare-and-swap, advancing C's
+// generation, which is how the others learn they hold. C's waiters may
+// convert when O holds nothing and either C is in its phase (holds) and O
+// does not wait, or nobody holds and O does not wait or C has the turn; a
+// conversion gives the turn to O. The last holder of a phase hands over to
+// the other class's waiters (one compare-and-swap) when it releases, so
+// they need not wait for their next look.
 //
-// Mutual exclusion follows from the atomics' total order on each word: of an
-// exclusive locker and a lock_all locker, the later increment of Global sees
-// the earlier one; of an exclusive and a shared locker of T, the swap fails
-// on a counted shared holder and the shared locker sees the exclusive bit.
+// Hence phases alternate: an arrival that finds the other class waiting
+// waits behind it, so a waiter of O sees at most the running C phase and
+// one more (a tie the turn gave to C) before its own: neither lock_all nor
+// exclusive lockers starve. One exception keeps a rank that holds an
+// exclusive lock and asks for another from deadlocking behind a lock_all
+// waiter (which waits for the first lock): being an exclusive holder
+// already, it is admitted at once (its arrival is posted under the mutex,
+// so that on the queue pair to the leader it precedes the release of the
+// lock it holds).
+//
+//   - Shared lock on T: fetch-add T.Lock += 1. If no writer holds or waits,
+//     held. If a writer holds but none waits, keep the count (new writers
+//     now wait for it) and read T.Lock until the exclusive bit is clear.
+//     If a writer waits, writers go first: add -1 back, read until no
+//     writer holds or waits, and start again.
+//   - Exclusive lock on T: fetch-add an exclusive arrival at the Global word
+//     and, posted together (one round trip), compare-and-swap T.Lock from 0
+//     to the exclusive bit. Held if both succeeded. If lock_all holds or
+//     waits, give T back (if the swap took it) and wait at the Global word
+//     as an exclusive waiter. Once the Global word is held and if T was not
+//     free, count itself a waiting writer at T (which keeps new shared
+//     lockers out), read T.Lock until no lock is held there, and swap the
+//     exclusive bit in (uncounting itself in the same swap).
+//   - lock_all: a lock_all arrival at the Global word, then as above.
+//   - Unlocks are the matching additions: shared T.Lock -= 1; exclusive
+//     T.Lock -= exclusive bit and one exclusive holder less at the Global
+//     word (both posted, then both awaited); lock_all one lock_all holder
+//     less. Negative addends are two's complement. The last holder of a
+//     phase may add a hand-over compare-and-swap.
+//
+// Mutual exclusion: of the Global word's classes, a holder is counted
+// from its admission to its release, and an arrival or a conversion of
+// one class requires that the other class count no holder in the same
+// atomic's value. At T, the exclusive bit is set only by a swap from a
+// value with no shared count and no exclusive bit, and a shared locker
+// holds only if its increment found no exclusive bit, or waits until the
+// bit is clear, keeping its count, which keeps any later swap from
+// succeeding.
 //
 // # Costs
 //
 // Uncontended, in remote atomics and round trips (an atomic to oneself goes
-// through the loopback queue pair and costs the same):
+// through the loopback queue pair and costs the same), as before:
 //
 //	Lock shared     1 atomic,  1 round trip
 //	Lock exclusive  2 atomics, 1 round trip
@@ -54,45 +90,42 @@
 //	Unlock excl.    2 atomics, 1 round trip
 //	UnlockAll       1 atomic,  1 round trip
 //
-// A failed attempt costs one more atomic per increment it undoes (the undo
-// is awaited, so that the result word can be reused) plus the backoff.
+// Contended, a locker that must wait costs 1 more atomic to become a
+// waiter (2 for an exclusive locker whose swap had taken T), one read per
+// look while it waits, and at most one compare-and-swap per change of the
+// word it waits on; a writer waiting at T adds 1 atomic to count itself.
 // Every atomic is a signalled request awaited with the fabric's Wait: no
 // extra flush request is needed to learn its completion.
 //
-// # Fairness and backoff
+// # Backoff
 //
-// The lock is not fair and not FIFO: there is no queue, only retries.
-//   - A steady stream of shared lockers of T can starve an exclusive locker
-//     of T: the swap needs T.Lock to be exactly zero, which ranks reading in
-//     a tight loop may never leave it (seen in tests: seven readers
-//     re-locking within 0.2 ms of each unlock kept a writer out for ~15 s
-//     on one CPU).
-//   - Likewise a steady stream of lock_all holders starves exclusive
-//     lockers everywhere, and a steady stream of exclusive lockers (on any
-//     ranks) starves lock_all.
-//   - Contenders that keep colliding (an exclusive and a lock_all locker
-//     each counting the other) can in principle retry forever, but the
-//     jittered backoff makes repeated collisions geometrically unlikely.
+// A waiter looks again after a pause: about 1 µs at first, doubling up to
+// about 1 ms, each drawn uniformly from [d/2, d] (jitter). Pauses under
+// 50 µs yield the processor (runtime.Gosched) until they have passed;
+// longer ones sleep. A look is a read, which changes nothing, so many
+// waiters looking do not make each other fail. A wait is bounded by the
+// fabric's timeout (transport.Fabric.Timeout; RMAGO_TIMEOUT): then the
+// waiter withdraws (uncounts itself) and fails with an error wrapping
+// transport.ErrTimeout.
 //
-// A failed attempt waits before the next: about 1 µs at first, doubling up
-// to about 1 ms, each wait drawn uniformly from [d/2, d] (jitter). Waits
-// under 50 µs yield the processor (runtime.Gosched) until they have passed;
-// longer ones sleep (Go's timers usually stretch them to about 1 ms). So a
-// contended word sees at most one attempt per round trip plus backoff from
-// each waiter, about one per millisecond after the first ten tries: no
-// waiter ever spins on a remote word. What the backoff does not give is a
-// bound on the number of attempts: a waiter that keeps losing waits until
-// the fabric's timeout (transport.Fabric.Timeout; RMAGO_TIMEOUT) and fails
-// with an error wrapping transport.ErrTimeout.
+// # Limits and caveats
+//
+// The Global word counts at most 8191 (maxClass) of each: lock_all
+// holders and waiters (ranks; a larger job fails with ErrJobSize), and
+// exclusive locks held or being taken at once over the job (at most one
+// per rank and target, so a job of up to 90 ranks cannot exceed it).
+// Writers go first at a target: a steady stream of exclusive lockers of
+// one target can starve its shared lockers, and, as with any
+// writer-preferring lock, a program that holds one lock while requesting
+// another can deadlock where a reader-preferring lock would not.
 //
 // # Failures
 //
 // An atomic to a failed rank fails at once with that connection's error. A
 // waiting Lock or LockAll also gives up as soon as any of this rank's
 // connections has failed: the lock words do not say who holds a lock, so
-// the dead rank may be the holder. Otherwise a wait is bounded by the
-// fabric's timeout. After a fabric error the lock words may keep an
-// increment of this rank's (the job is expected to end, as MPI's errors
+// the dead rank may be the holder. After a fabric error the lock words may
+// keep a count of this rank's (the job is expected to end, as MPI's errors
 // are fatal by default).
 //
 // # What the caller does
@@ -112,10 +145,12 @@
 //
 // # Concurrency
 //
-// A Locks may be used by several goroutines: its state and the result
-// words are guarded by a mutex that is released while a caller backs off.
-// Locks uses the control region's result words control.Scratch+0 and
-// control.Scratch+1; other users of the region must keep off them.
+// A Locks may be used by several goroutines, on different targets at once:
+// its mutex guards only the per-target states and is never held across a
+// remote wait. Each target (and lock_all) has its own pair of result words
+// (control.LockResult) and work request, used by one call at a time: a
+// second call on a target that is being locked, is held or is being
+// released by this rank fails with ErrLocked.
 package lock
 
 import (
@@ -130,35 +165,23 @@ import (
 
 // Misuse errors, errors.Is-able. They leave the state unchanged.
 var (
-	// ErrLocked: a lock on this target (or lock_all) is already held or
-	// being acquired by this rank, or a lock and lock_all are mixed.
+	// ErrLocked: a lock on this target (or lock_all) is already held,
+	// being acquired or being released by this rank, or a lock and
+	// lock_all are mixed.
 	ErrLocked = errors.New("lock: already locked by this rank")
 	// ErrNotLocked: unlock of a lock this rank does not hold (or holds in
 	// the other mode).
 	ErrNotLocked = errors.New("lock: not locked by this rank")
 	// ErrRank: the target rank is out of range.
 	ErrRank = errors.New("lock: rank out of range")
+	// ErrJobSize: the job has more ranks than the Global word can count
+	// (maxClass).
+	ErrJobSize = errors.New("lock: job too large for the lock words")
 )
 
 // Leader is the rank whose Global word arbitrates between exclusive locks
 // and lock_all.
 const Leader = 0
-
-// Result words in the control region (control.Scratch + these).
-const (
-	slotA = 0
-	slotB = 1
-)
-
-// Global word halves.
-const (
-	globalAll  = uint64(1)       // one lock_all holder
-	globalExcl = uint64(1) << 32 // one exclusive lock
-	minusOne   = ^uint64(0)      // -1
-	minusExcl  = ^globalExcl + 1 // -(1<<32)
-	// Adding control.ExclusiveBit clears it when set: 1<<63 is its own
-	// two's complement negation.
-)
 
 // Per-target state.
 const (
@@ -166,6 +189,7 @@ const (
 	stAcquiring
 	stShared
 	stExclusive
+	stReleasing
 	stMode    = 0x0f
 	stNoCheck = 0x80 // taken without atomics: released without them
 )
@@ -176,19 +200,27 @@ type Locks struct {
 	f    *transport.Fabric
 	size int
 
-	mu    sync.Mutex
-	state []uint8 // per target
-	all   uint8   // lock_all
-	nheld int     // targets not in stNone
+	mu    sync.Mutex // guards state, all, nheld and nexcl; never held across a remote wait
+	state []uint8    // per target
+	all   uint8      // lock_all
+	nheld int        // targets not in stNone
+	// nexcl counts this rank's exclusive locks held with atomics, each an
+	// exclusive holder at the Global word. While it is not zero, another
+	// exclusive lock is admitted there at once (see lock).
+	nexcl int
 
-	wr  verbs.SendWR // reused for every atomic (the fabric copies it)
-	sge [1]verbs.SGE
+	slots []slot // per target, then lock_all's
 }
 
 // New returns the lock protocol of the window whose control region is c.
 // It is local (not collective) and takes no lock.
 func New(c *control.Region) *Locks {
-	return &Locks{c: c, f: c.F, size: c.F.Size(), state: make([]uint8, c.F.Size())}
+	n := c.F.Size()
+	l := &Locks{c: c, f: c.F, size: n, state: make([]uint8, n), slots: make([]slot, n+1)}
+	for t := range l.slots {
+		l.slots[t] = slot{l: l, word: control.LockResult(n, t)}
+	}
+	return l
 }
 
 // Lock takes a shared or exclusive lock on rank target's window, waiting
@@ -207,8 +239,8 @@ func (l *Locks) LockNoCheck(target int, exclusive bool) error {
 }
 
 // LockAll takes a shared lock on every rank's window (MPI_Win_lock_all)
-// with one atomic at the leader, waiting while an exclusive lock is held or
-// being acquired anywhere.
+// with one atomic at the leader, waiting while exclusive locks are held
+// (or, for fairness, waited for) anywhere.
 func (l *Locks) LockAll() error { return l.lockAll(false) }
 
 // LockAllNoCheck records lock_all without taking it (MPI_MODE_NOCHECK):
@@ -220,94 +252,120 @@ func (l *Locks) lock(target int, exclusive, noCheck bool) error {
 	if target < 0 || target >= l.size {
 		return fmt.Errorf("%w: lock of rank %d in a job of %d", ErrRank, target, l.size)
 	}
+	if l.size > maxClass && !noCheck {
+		return fmt.Errorf("%w: %d ranks, at most %d", ErrJobSize, l.size, maxClass)
+	}
 	mode := stShared
 	if exclusive {
 		mode = stExclusive
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case l.all != stNone:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock of rank %d while lock_all is held", ErrLocked, target)
 	case l.state[target] != stNone:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: rank %d", ErrLocked, target)
 	}
 	l.nheld++
 	if noCheck {
 		l.state[target] = mode | stNoCheck
+		l.mu.Unlock()
 		return nil
 	}
 	l.state[target] = stAcquiring
-	var b backoff
-	b.reset(l.f.Timeout())
-	for {
-		var ok bool
-		var err error
+	// The target's slot is this call's alone while the state says
+	// stAcquiring.
+	sl := &l.slots[target]
+	// A rank that already holds an exclusive lock is an exclusive holder
+	// at the Global word: a second exclusive lock joins it there without
+	// waiting, since lock_all cannot be held meanwhile. (Waiting behind a
+	// lock_all waiter would deadlock: it waits for the first lock's
+	// release.) Posting the arrival under the mutex orders it, on the
+	// queue pair to the leader, before the release of any lock this rank
+	// holds, which Unlock posts under the mutex as well.
+	var seqG uint64
+	var err error
+	joined := exclusive && l.nexcl > 0
+	if joined {
+		seqG, err = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.one(), 0, 0)
+	}
+	l.mu.Unlock()
+
+	if err == nil {
+		var b backoff
+		b.reset(l.f.Timeout())
 		if exclusive {
-			ok, err = l.tryExclusive(target)
+			err = l.lockExclusive(sl, target, &b, joined, seqG)
 		} else {
-			ok, err = l.tryShared(target)
-		}
-		if err == nil && ok {
-			l.state[target] = mode
-			return nil
-		}
-		if err == nil {
-			err = l.pause(&b, target)
-		}
-		if err != nil {
-			l.state[target] = stNone
-			l.nheld--
-			return fmt.Errorf("lock: %s lock on rank %d: %w", modeName(exclusive), target, err)
+			err = l.lockShared(sl, target, &b)
 		}
 	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.state[target] = stNone
+		l.nheld--
+		return fmt.Errorf("lock: %s lock on rank %d: %w", modeName(exclusive), target, err)
+	}
+	l.state[target] = mode
+	if exclusive {
+		l.nexcl++
+	}
+	return nil
 }
 
 func (l *Locks) lockAll(noCheck bool) error {
+	if l.size > maxClass && !noCheck {
+		return fmt.Errorf("%w: %d ranks, at most %d", ErrJobSize, l.size, maxClass)
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case l.all != stNone:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock_all is already held", ErrLocked)
 	case l.nheld > 0:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock_all while %d lock(s) are held", ErrLocked, l.nheld)
 	}
 	if noCheck {
 		l.all = stShared | stNoCheck
+		l.mu.Unlock()
 		return nil
 	}
 	l.all = stAcquiring
+	l.mu.Unlock()
+
 	var b backoff
 	b.reset(l.f.Timeout())
-	for {
-		ok, err := l.tryAll()
-		if err == nil && ok {
-			l.all = stShared
-			return nil
-		}
-		if err == nil {
-			err = l.pause(&b, -1)
-		}
-		if err != nil {
-			l.all = stNone
-			return fmt.Errorf("lock: lock_all: %w", err)
-		}
+	sl := &l.slots[l.size]
+	old, err := sl.add(Leader, control.Global, classAll.one())
+	if err == nil {
+		err = l.enterGlobal(sl, classAll, old, &b, -1)
 	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.all = stNone
+		return fmt.Errorf("lock: lock_all: %w", err)
+	}
+	l.all = stShared
+	return nil
 }
 
-// pause backs off once after a failed attempt, with l.mu released
-// meanwhile. It fails when the deadline has passed or a connection of this
-// rank has failed (target < 0: lock_all).
+// pause backs off once while a lock is busy. It fails when the deadline
+// has passed or a connection of this rank has failed (target < 0:
+// lock_all).
 func (l *Locks) pause(b *backoff, target int) error {
 	for r := range l.size {
 		if err := l.f.Err(r); err != nil {
 			return fmt.Errorf("rank %d failed while the lock was busy (it may be the holder): %w", r, err)
 		}
 	}
-	l.mu.Unlock()
-	ok := b.pause()
-	l.mu.Lock()
-	if !ok {
+	if !b.pause() {
 		return fmt.Errorf("%w after %v (the lock stayed busy)", transport.ErrTimeout, l.f.Timeout())
 	}
 	return nil
@@ -326,26 +384,53 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 		mode = stExclusive
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	st := l.state[target]
 	switch {
-	case st == stNone || st == stAcquiring:
+	case st&stMode != stShared && st&stMode != stExclusive:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: rank %d", ErrNotLocked, target)
 	case st&stMode != mode:
+		l.mu.Unlock()
 		return fmt.Errorf("%w: rank %d is locked %s, not %s", ErrNotLocked, target,
 			modeName(st&stMode == stExclusive), modeName(exclusive))
 	}
-	l.state[target] = stNone
-	l.nheld--
 	if st&stNoCheck != 0 {
+		l.state[target] = stNone
+		l.nheld--
+		l.mu.Unlock()
 		return nil
 	}
+	l.state[target] = stReleasing
+	sl := &l.slots[target]
 	var err error
-	if exclusive {
-		err = l.release2(target, control.Lock, control.ExclusiveBit, Leader, control.Global, minusExcl)
+	if !exclusive {
+		l.mu.Unlock()
+		_, err = sl.add(target, control.Lock, minusShared)
 	} else {
-		err = l.release(target, control.Lock, minusOne)
+		// Posted under the mutex: see lock.
+		l.nexcl--
+		var seqT, seqG uint64
+		var errG error
+		seqT, err = sl.post(target, control.Lock, verbs.OpFetchAdd, exclusiveBit, 0, 0)
+		if err == nil {
+			seqG, errG = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.minusOne(), 0, 1)
+		}
+		l.mu.Unlock()
+		if err == nil {
+			err = l.f.Wait(target, seqT)
+			if errG == nil {
+				if errG = l.f.Wait(Leader, seqG); errG == nil {
+					errG = l.handOver(sl, classExcl, sl.result(1))
+				}
+			}
+			err = errors.Join(err, errG)
+		}
 	}
+
+	l.mu.Lock()
+	l.state[target] = stNone
+	l.nheld--
+	l.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("lock: unlock of rank %d: %w", target, err)
 	}
@@ -356,16 +441,25 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 // issued under it.
 func (l *Locks) UnlockAll() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	st := l.all
-	if st == stNone || st == stAcquiring {
+	if st&stMode != stShared {
+		l.mu.Unlock()
 		return fmt.Errorf("%w: lock_all", ErrNotLocked)
 	}
-	l.all = stNone
 	if st&stNoCheck != 0 {
+		l.all = stNone
+		l.mu.Unlock()
 		return nil
 	}
-	if err := l.release(Leader, control.Global, minusOne); err != nil {
+	l.all = stReleasing
+	l.mu.Unlock()
+
+	err := l.releaseGlobal(&l.slots[l.size], classAll)
+
+	l.mu.Lock()
+	l.all = stNone
+	l.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("lock: unlock_all: %w", err)
 	}
 	return nil
@@ -373,7 +467,7 @@ func (l *Locks) UnlockAll() error {
 
 // Held reports the lock this rank holds on target: held, and whether it is
 // exclusive. Locks recorded with LockNoCheck count. A lock being acquired
-// is not held yet.
+// or released is not held.
 func (l *Locks) Held(target int) (held, exclusive bool) {
 	if target < 0 || target >= l.size {
 		return false, false
@@ -389,103 +483,6 @@ func (l *Locks) HeldAll() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.all&stMode == stShared
-}
-
-// tryShared is one attempt at a shared lock on t; l.mu held.
-func (l *Locks) tryShared(t int) (bool, error) {
-	old, err := l.atomic(t, control.Lock, verbs.OpFetchAdd, 1, 0, slotA)
-	if err != nil || old&control.ExclusiveBit == 0 {
-		return err == nil, err
-	}
-	return false, l.release(t, control.Lock, minusOne)
-}
-
-// tryExclusive is one attempt at an exclusive lock on t; l.mu held. The
-// Global increment and the swap are posted together and awaited together.
-func (l *Locks) tryExclusive(t int) (bool, error) {
-	seqG, err := l.post(Leader, control.Global, verbs.OpFetchAdd, globalExcl, 0, slotA)
-	if err != nil {
-		return false, err
-	}
-	seqT, errT := l.post(t, control.Lock, verbs.OpCompareSwap, 0, control.ExclusiveBit, slotB)
-	// Wait for the Global increment even if the swap could not be posted:
-	// it must be undone.
-	if err := l.f.Wait(Leader, seqG); err != nil {
-		return false, err
-	}
-	allFree := uint32(l.c.Load(control.Scratch+slotA)) == 0
-	swapped := false
-	if errT == nil {
-		if errT = l.f.Wait(t, seqT); errT == nil {
-			swapped = l.c.Load(control.Scratch+slotB) == 0
-		}
-	}
-	if errT == nil && allFree && swapped {
-		return true, nil
-	}
-	// Undo what succeeded: the Global increment always, the exclusive bit
-	// if the swap set it.
-	var uerr error
-	if swapped {
-		uerr = l.release2(t, control.Lock, control.ExclusiveBit, Leader, control.Global, minusExcl)
-	} else {
-		uerr = l.release(Leader, control.Global, minusExcl)
-	}
-	return false, errors.Join(errT, uerr)
-}
-
-// tryAll is one attempt at lock_all; l.mu held.
-func (l *Locks) tryAll() (bool, error) {
-	old, err := l.atomic(Leader, control.Global, verbs.OpFetchAdd, globalAll, 0, slotA)
-	if err != nil || old>>32 == 0 {
-		return err == nil, err
-	}
-	return false, l.release(Leader, control.Global, minusOne)
-}
-
-// release adds v to rank r's word w and waits for it; l.mu held.
-func (l *Locks) release(r, w int, v uint64) error {
-	_, err := l.atomic(r, w, verbs.OpFetchAdd, v, 0, slotA)
-	return err
-}
-
-// release2 adds v1 to r1's word w1 and v2 to r2's word w2, posting both
-// before waiting for either; l.mu held.
-func (l *Locks) release2(r1, w1 int, v1 uint64, r2, w2 int, v2 uint64) error {
-	seq1, err := l.post(r1, w1, verbs.OpFetchAdd, v1, 0, slotA)
-	if err != nil {
-		return err
-	}
-	seq2, err2 := l.post(r2, w2, verbs.OpFetchAdd, v2, 0, slotB)
-	err = l.f.Wait(r1, seq1)
-	if err2 == nil {
-		err2 = l.f.Wait(r2, seq2)
-	}
-	return errors.Join(err, err2)
-}
-
-// atomic runs one remote atomic on rank r's word w and returns the old
-// value; l.mu held.
-func (l *Locks) atomic(r, w int, op verbs.Opcode, a, b uint64, slot int) (uint64, error) {
-	seq, err := l.post(r, w, op, a, b, slot)
-	if err != nil {
-		return 0, err
-	}
-	if err := l.f.Wait(r, seq); err != nil {
-		return 0, err
-	}
-	return l.c.Load(control.Scratch + slot), nil
-}
-
-// post posts a signalled atomic on rank r's word w whose old value lands in
-// result word slot; l.mu held. Being signalled, its own completion tells
-// Wait it is done, without an extra flush request.
-func (l *Locks) post(r, w int, op verbs.Opcode, a, b uint64, slot int) (uint64, error) {
-	local := l.c.LocalAt(control.Scratch + slot)
-	remote := l.c.RemoteAt(r, w)
-	l.sge[0] = verbs.SGE{Addr: local.Addr, Length: 8, LKey: local.LKey}
-	l.wr = verbs.SendWR{Op: op, Flags: verbs.Signaled, SGL: l.sge[:], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: a, Swap: b}
-	return l.f.Post(r, &l.wr)
 }
 
 func modeName(exclusive bool) string {

@@ -91,9 +91,7 @@ func TestSharedReadersOneWriter(t *testing.T) {
 					return nil
 				}
 				// Readers stop at the last value, or after maxReads reads
-				// (the writer then finishes alone): a stream of shared
-				// lockers may starve the writer for a long time, as
-				// documented.
+				// (the writer then finishes alone).
 				const maxReads = 150
 				last, reads, seen := uint64(0), 0, map[uint64]bool{}
 				for last < writes && reads < maxReads {
