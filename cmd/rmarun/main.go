@@ -89,7 +89,7 @@
 // on every host (SIGTERM, then SIGKILL after 2 seconds) and reports the
 // failure that caused the others: the first in the kernel's order of the
 // ranks' deaths, leaving out ranks that reported losing a peer that failed
-// too (docs/launch-rmarun.md). A failure is a rank that exited non-zero or
+// too (docs/launch.md). A failure is a rank that exited non-zero or
 // was killed, could not be started, or, once any rank has entered
 // rma.Init, ended without joining the job; or a remote host whose agent
 // could not start or was lost. It exits with that rank's
