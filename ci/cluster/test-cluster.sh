@@ -24,10 +24,10 @@ mkdir -p "$BIN"
 (
 	cd "$ROOT"
 	export CGO_ENABLED=0
-	go build -o "$BIN/rmarun" ./cmd/rmarun
-	go build -o "$BIN/pingpong" ./pingpong
-	go build -o "$BIN/heat" ./apps/heat
-	go build -o "$BIN/joincheck" ./ci/cluster/joincheck
+	"${GO:-go}" build -o "$BIN/rmarun" ./cmd/rmarun
+	"${GO:-go}" build -o "$BIN/pingpong" ./pingpong
+	"${GO:-go}" build -o "$BIN/heat" ./apps/heat
+	"${GO:-go}" build -o "$BIN/joincheck" ./ci/cluster/joincheck
 )
 cat >"$BIN/whereami" <<'EOS'
 #!/bin/sh
