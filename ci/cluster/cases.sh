@@ -39,11 +39,13 @@ DEV_JOIN_SHIM=${DEV_JOIN_SHIM:-0}
 PMICLIENT=${PMICLIENT:-}
 # How long a job may take to leave no process behind after it ended.
 STRAY_WAIT=${STRAY_WAIT:-10}
+# Runs of joincheck per launcher, for the start-up time.
+STARTUP_REPS=${STARTUP_REPS:-5}
 
 ip link show sbx0 >/dev/null 2>&1 || die "run cases.sh through sandbox.sh: it makes namespaces and bridges"
 LOGS=$WORK/logs
-rm -rf "$LOGS"
-mkdir -p "$LOGS"
+rm -rf "$LOGS" "$WORK/tmp" "$WORK/startup.txt"
+mkdir -p "$LOGS" "$WORK/tmp"
 SUMMARY=()
 FAILS=0
 cleanup() {
@@ -53,6 +55,7 @@ cleanup() {
 	done
 	daemons_down
 	netns_down
+	rm -rf "$WORK/tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -82,7 +85,7 @@ selected() { [[ $1 =~ $CASES ]]; }
 #   rmarun          rmarun -H over ssh-netns.sh
 # and W, the words put before the program (env with the rank settings).
 launcher() {
-	local kind=$1 nh=$2 np=$3 hosts
+	local kind=$1 nh=$2 np=$3 hosts ppn=$((($3 + $2 - 1) / $2))
 	hosts=$(seq -s, -f "$NET.%g" 1 "$nh")
 	W=(env $RANK_ENV)
 	case $kind in
@@ -95,8 +98,10 @@ launcher() {
 		# -localhost: the proxies dial mpiexec back at the bridge
 		# address, not at `hostname` (127.0.0.1 in every host: pitfall 1).
 		L=(mpiexec -launcher ssh -launcher-exec "$CLUSTER_DIR/ssh-netns.sh" -localhost "$NET.254"
-			-hosts "$hosts" -ppn $(((np + nh - 1) / nh)) -n "$np") ;;
-	rmarun) L=("$BIN/rmarun" "$RMARUN_HOSTS" "$hosts" "$RMARUN_EXEC" "$CLUSTER_DIR/ssh-netns.sh" -n "$np") ;;
+			-hosts "$hosts" -ppn "$ppn" -n "$np") ;;
+	rmarun) # -H host:slots, as Open MPI's mpirun
+		[ "$ppn" -gt 1 ] && hosts=$(seq -s, -f "$NET.%g:$ppn" 1 "$nh")
+		L=("$BIN/rmarun" "$RMARUN_HOSTS" "$hosts" "$RMARUN_EXEC" "$CLUSTER_DIR/ssh-netns.sh" -n "$np") ;;
 	*) die "launcher $kind?" ;;
 	esac
 	if [ "$DEV_JOIN_SHIM" = 1 ] && [ "$kind" != nopmi ]; then W+=("$CLUSTER_DIR/dev-join-shim.sh"); fi
@@ -259,6 +264,40 @@ expect_kill() {
 	fi
 }
 
+# expect_join KIND: joincheck with 3 ranks, one per host, STARTUP_REPS
+# times: each run must print exactly that the 3 ranks on h1, h2 and h3
+# joined one job. The wall times of the runs are the start-up time of a
+# 3-host job under that launcher (written to $WORK/startup.txt).
+expect_join() {
+	local kind=$1 name=join-$1 i times=() note= init=
+	selected "$name" || return 0
+	launcher "$kind" 3 3
+	local want="joincheck: ok size=3 hosts=$NET.1,$NET.2,$NET.3"
+	for i in $(seq 1 "$STARTUP_REPS"); do
+		run "$name" "${L[@]}" "${W[@]}" "$BIN/joincheck" -n 3 -hosts 3
+		if [ "$RC" != 0 ]; then
+			timed_out && note="run $i timed out" || note="run $i: exit status $RC"
+		elif ! sed 's/^\[0\] //' "$LOGS/$name.out" | grep -qxF "$want"; then
+			note="run $i did not print '$want'"
+		fi
+		no_strays "$name" || note+="${note:+; }$STRAYS processes left (see $name.strays)"
+		[ -n "$note" ] && break
+		times+=("$SECS")
+		# the slowest rank's Init, in ms
+		init+="$(sed -n 's/^\(\[0\] \)\?joincheck: init slowest \([^ ]*\).*/\2/p' "$LOGS/$name.out" |
+			awk '/ms$/{print $1+0 "ms"; next} /µs$/{printf "%.3fms\n", $1/1000; next} /s$/{print $1*1000 "ms"}') "
+	done
+	if [ -n "$note" ]; then
+		result "$name" FAIL "$SECS" "$note"
+		return
+	fi
+	local stats imed
+	stats=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END{printf "min %s median %s max %s", a[1], a[int((NR+1)/2)], a[NR]}')
+	imed=$(printf '%s\n' $init | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
+	printf '%-7s wall %s s; slowest rank'"'"'s Init median %s (%d runs)\n' "$kind" "$stats" "$imed" "$STARTUP_REPS" >>"$WORK/startup.txt"
+	result "$name" ok "$SECS" "3 ranks on 3 hosts; wall $stats s; Init median $imed"
+}
+
 # ---- bring up the cluster ----
 t0=$(now)
 netns_up
@@ -324,12 +363,8 @@ KINDS="srun1 hydra1 hydra2 rmarun"
 hosts3="$NET.1,$NET.2,$NET.3"
 P='^(\[0\] )?'
 for k in $KINDS; do
-	launcher "$k" 3 3
-	expect_ok "join-$k" "${P}joincheck: ok size=3 hosts=$hosts3\$" "${L[@]}" "${W[@]}" "$BIN/joincheck" -n 3 -hosts 3
-	[ "$k" = srun1 ] && {
-		launcher srun2 3 3
-		expect_ok "join-srun2" "${P}joincheck: ok size=3 hosts=$hosts3\$" "${L[@]}" "${W[@]}" "$BIN/joincheck" -n 3 -hosts 3
-	}
+	expect_join "$k"
+	[ "$k" = srun1 ] && expect_join srun2
 	launcher "$k" 2 2
 	expect_ok "pingpong-oneone-$k" "${P}# rmago one-to-one ping-pong, .*, 2 ranks," "${L[@]}" "${W[@]}" "$BIN/pingpong" oneone -quick -no-progress
 	launcher "$k" 3 6
@@ -352,6 +387,12 @@ fi
 # A rank killed on one host ends the whole job.
 for k in $KINDS; do expect_kill "kill-rank-$k" "$k"; done
 
-printf '%s\n' "---- cluster tests (logs in $LOGS)" "${SUMMARY[@]}" | tee "$WORK/summary.txt"
+{
+	printf '%s\n' "---- cluster tests (logs in $LOGS)" "${SUMMARY[@]}"
+	if [ -s "$WORK/startup.txt" ]; then
+		echo "---- start-up of a 3-host job (joincheck, launcher start to exit)"
+		cat "$WORK/startup.txt"
+	fi
+} | tee "$WORK/summary.txt"
 [ "$FAILS" = 0 ] || { log "$FAILS case(s) failed"; exit 1; }
 log "all cases passed"

@@ -10,7 +10,7 @@
 
 CLUSTER_DIR=${CLUSTER_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}
 WORK=${WORK:-/tmp/rmago-cluster}   # everything made at run time
-BIN=${BIN:-$WORK/bin}
+BIN=$WORK/bin                      # the programs, built by test-cluster.sh
 NHOSTS=${NHOSTS:-3}
 BR=${BR:-br77}
 NET=${NET:-10.77.0}

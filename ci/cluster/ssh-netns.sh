@@ -36,7 +36,7 @@ esac
 [ $# -gt 0 ] || { echo "ssh-netns: no command (no interactive shell here)" >&2; exit 255; }
 if [ -n "${SSH_NETNS_LOG:-}" ]; then echo "$(date +%T.%N) $host ($ns): $*" >>"$SSH_NETNS_LOG"; fi
 
-d=$(mktemp -d /tmp/ssh-netns.XXXXXX)
+d=$(mktemp -d "${WORK:-/tmp}/tmp/ssh-netns.XXXXXX" 2>/dev/null || mktemp -d /tmp/ssh-netns.XXXXXX)
 mkfifo "$d/in" "$d/out" "$d/err"
 # The relays die with this script (parent-death signal), closing the pipes.
 exec 5<&0
