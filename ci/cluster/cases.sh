@@ -44,7 +44,7 @@ STARTUP_REPS=${STARTUP_REPS:-5}
 
 ip link show sbx0 >/dev/null 2>&1 || die "run cases.sh through sandbox.sh: it makes namespaces and bridges"
 LOGS=$WORK/logs
-rm -rf "$LOGS" "$WORK/tmp" "$WORK/startup.txt"
+rm -rf "$LOGS" "$WORK/tmp" "$WORK/startup.txt" "$WORK/summary.txt"
 mkdir -p "$LOGS" "$WORK/tmp"
 SUMMARY=()
 FAILS=0
@@ -58,7 +58,7 @@ cleanup() {
 	rm -rf "$WORK/tmp"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'log "interrupted"; exit 130' INT TERM
 
 # ---- recording ----
 now() { echo "$EPOCHREALTIME"; }
