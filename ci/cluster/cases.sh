@@ -41,6 +41,8 @@ PMICLIENT=${PMICLIENT:-}
 STRAY_WAIT=${STRAY_WAIT:-10}
 # Runs of joincheck per launcher, for the start-up time.
 STARTUP_REPS=${STARTUP_REPS:-5}
+# Runs of each ping-pong and app case (more to hunt intermittent failures).
+REPEAT=${REPEAT:-1}
 
 ip link show sbx0 >/dev/null 2>&1 || die "run cases.sh through sandbox.sh: it makes namespaces and bridges"
 LOGS=$WORK/logs
@@ -172,14 +174,17 @@ expect_ok() {
 	local name=$1 pat=$2
 	shift 2
 	selected "$name" || return 0
-	run "$name" "$@"
-	local note=
-	if [ "$RC" != 0 ]; then
-		timed_out && note="timed out" || note="exit status $RC"
-	elif ! grep -Eq "$pat" "$LOGS/$name.out"; then
-		note="no line matches /$pat/"
-	fi
-	if ! no_strays "$name"; then note+="${note:+; }$STRAYS processes left (see $name.strays)"; fi
+	local note= i
+	for i in $(seq 1 "$REPEAT"); do
+		run "$name" "$@"
+		if [ "$RC" != 0 ]; then
+			timed_out && note="timed out" || note="exit status $RC"
+		elif ! grep -Eq "$pat" "$LOGS/$name.out"; then
+			note="no line matches /$pat/"
+		fi
+		if ! no_strays "$name"; then note+="${note:+; }$STRAYS processes left (see $name.strays)"; fi
+		[ -n "$note" ] && { [ "$REPEAT" = 1 ] || note="run $i of $REPEAT: $note"; break; }
+	done
 	local info
 	info=$(grep -Eo "$pat" "$LOGS/$name.out" 2>/dev/null | head -n 1)
 	if [ -z "$note" ]; then result "$name" ok "$SECS" "$info"; else result "$name" FAIL "$SECS" "$note"; fi

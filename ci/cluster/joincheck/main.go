@@ -18,6 +18,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -47,7 +48,7 @@ func main() {
 		os.Exit(1)
 	}
 	initTime := time.Since(start)
-	if err := run(w, initTime, *wantSize, *wantHosts); err != nil {
+	if err := run(w, os.Stdout, initTime, *wantSize, *wantHosts); err != nil {
 		fmt.Fprintf(os.Stderr, "joincheck: rank %d: %v\n", w.Rank(), err)
 		os.Exit(1)
 	}
@@ -57,7 +58,8 @@ func main() {
 	}
 }
 
-func run(w *rma.World, initTime time.Duration, wantSize, wantHosts int) (err error) {
+// run is one rank's part; rank 0 prints the result to out.
+func run(w *rma.World, out io.Writer, initTime time.Duration, wantSize, wantHosts int) (err error) {
 	me, size := w.Rank(), w.Size()
 	win, err := rma.Allocate[uint64](w, fields*size)
 	if err != nil {
@@ -85,11 +87,11 @@ func run(w *rma.World, initTime time.Duration, wantSize, wantHosts int) (err err
 	if me != 0 {
 		return nil
 	}
-	return report(win.Local(), size, wantSize, wantHosts)
+	return report(out, win.Local(), size, wantSize, wantHosts)
 }
 
-// report checks the records rank 0 received and prints the result.
-func report(recs []uint64, size, wantSize, wantHosts int) error {
+// report checks the records rank 0 received and prints the result to out.
+func report(out io.Writer, recs []uint64, size, wantSize, wantHosts int) error {
 	var hosts []string
 	slowest, slowRank := uint64(0), 0
 	for r := range size {
@@ -112,9 +114,9 @@ func report(recs []uint64, size, wantSize, wantHosts int) error {
 	if wantHosts > 0 && len(hosts) != wantHosts {
 		return fmt.Errorf("the ranks run on %d hosts (%s), want %d", len(hosts), strings.Join(hosts, ","), wantHosts)
 	}
-	fmt.Printf("joincheck: ok size=%d hosts=%s\n", size, strings.Join(hosts, ","))
-	fmt.Printf("joincheck: init slowest %v (rank %d)\n", time.Duration(slowest)*time.Microsecond, slowRank)
-	return nil
+	_, err := fmt.Fprintf(out, "joincheck: ok size=%d hosts=%s\njoincheck: init slowest %v (rank %d)\n",
+		size, strings.Join(hosts, ","), time.Duration(slowest)*time.Microsecond, slowRank)
+	return err
 }
 
 // hostIPv4 is the first IPv4 address of this host that is not loopback,
