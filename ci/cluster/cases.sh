@@ -15,6 +15,7 @@
 # programs print on success, the error a program gives when it cannot join
 # a launcher, and that a job whose rank was killed ends before the timeout.
 set -uo pipefail
+shopt -s extglob
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # ---- settings that depend on the library's PMI and rmarun interfaces ----
@@ -41,6 +42,8 @@ PMICLIENT=${PMICLIENT:-}
 STRAY_WAIT=${STRAY_WAIT:-10}
 # Runs of joincheck per launcher, for the start-up time.
 STARTUP_REPS=${STARTUP_REPS:-5}
+# Launchers killed in the kill-launcher cases.
+KILL_LAUNCHER=${KILL_LAUNCHER:-srun1 hydra1 rmarun}
 # Runs of each ping-pong and app case (more to hunt intermittent failures).
 REPEAT=${REPEAT:-1}
 
@@ -213,12 +216,14 @@ expect_fail() {
 	fi
 }
 
-# expect_kill NAME KIND: a 3-host job of pingpong onemany that would run for
-# hours; once a rank runs on every host, the rank on h2 is killed (SIGKILL).
-# The launcher must exit non-zero before the timeout, and no process of the
-# job may be left on any host.
+# expect_kill NAME KIND rank|launcher: a 3-host job of pingpong onemany
+# that would run for hours; once a rank runs on every host and the job has
+# joined, SIGKILL goes to the rank on h2, or to the launcher itself. A
+# killed rank must make the launcher exit non-zero before the timeout; in
+# both cases no process of the job may be left on any host STRAY_WAIT
+# seconds after the launcher ended.
 expect_kill() {
-	local name=$1 kind=$2 t0 tk lp end i n victim note=
+	local name=$1 kind=$2 what=$3 t0 tk lp end i n victim note= after
 	selected "$name" || return 0
 	launcher "$kind" 3 3
 	local cmd=("${L[@]}" "${W[@]}" "$BIN/pingpong" onemany -min 0 -max 0 -reps 1000000 -iters 100 -no-progress)
@@ -233,16 +238,23 @@ expect_kill() {
 		[ "$n" = 3 ] && break
 		sleep 0.2
 	done
-	# Let the ranks join and enter the measured loop (the root prints its
-	# header once the job is up).
+	# The root prints its header once the job has joined; then let it run.
 	for _ in $(seq 1 50); do
 		grep -q '^\(\[0\] \)\?# rmago' "$LOGS/$name.out" 2>/dev/null && break
 		kill -0 "$lp" 2>/dev/null || break
 		sleep 0.2
 	done
 	sleep 1
-	victim=$(pids_on h2 "$BIN/pingpong" | head -n 1)
-	if [ -z "$victim" ] || ! kill -0 "$lp" 2>/dev/null; then
+	if [ "$what" = rank ]; then
+		victim=$(pids_on h2 "$BIN/pingpong" | head -n 1)
+	else
+		# the launcher: below the subshell and timeout that run it
+		victim=$lp
+		while [ -n "$victim" ] && [[ $(readlink "/proc/$victim/exe") == */@(bash|timeout) ]]; do
+			victim=$(pgrep -P "$victim" | head -n 1)
+		done
+	fi
+	if [ -z "$(pids_on h2 "$BIN/pingpong")" ] || [ -z "$victim" ] || ! kill -0 "$lp" 2>/dev/null; then
 		note="the job was not running on all hosts"
 		kill -9 "$lp" 2>/dev/null
 	else
@@ -252,9 +264,7 @@ expect_kill() {
 	wait "$lp"
 	RC=$?
 	SECS=$(since "$t0")
-	if [ -z "$note" ]; then
-		local after
-		after=$(since "$tk")
+	if [ -z "$note" ] && [ "$what" = rank ]; then
 		if [ "$RC" = 0 ]; then
 			note="the launcher exited 0 after a rank was killed"
 		elif timed_out; then
@@ -262,10 +272,13 @@ expect_kill() {
 		fi
 	fi
 	if ! no_strays "$name"; then note+="${note:+; }$STRAYS processes left (see $name.strays)"; fi
-	if [ -z "$note" ]; then
-		result "$name" ok "$SECS" "killed rank pid $victim on h2; job ended ${after}s later, exit $RC"
-	else
+	[ -n "$tk" ] && after=$(since "$tk")
+	if [ -n "$note" ]; then
 		result "$name" FAIL "$SECS" "$note"
+	elif [ "$what" = rank ]; then
+		result "$name" ok "$SECS" "killed rank pid $victim on h2; launcher exit $RC; all gone ${after}s after the kill"
+	else
+		result "$name" ok "$SECS" "killed the launcher (pid $victim); all ranks gone ${after}s after the kill"
 	fi
 }
 
@@ -364,7 +377,7 @@ fi
 # ping-pong on 2 hosts; the one-to-many ping-pong with 6 ranks, 2 per host;
 # the heat app on 3 hosts.
 KINDS="srun1 hydra1 hydra2 rmarun"
-[ "$DEV_JOIN_SHIM" = 1 ] && KINDS="srun1 hydra1 hydra2"
+[ "$DEV_JOIN_SHIM" = 1 ] && KINDS="srun1 hydra1 hydra2" && KILL_LAUNCHER=${KILL_LAUNCHER/rmarun/}
 hosts3="$NET.1,$NET.2,$NET.3"
 P='^(\[0\] )?'
 for k in $KINDS; do
@@ -390,7 +403,11 @@ if [ "$DEV_JOIN_SHIM" != 1 ]; then
 		OMPI_COMM_WORLD_LOCAL_RANK=0 "$BIN/joincheck" -n 3
 fi
 # A rank killed on one host ends the whole job.
-for k in $KINDS; do expect_kill "kill-rank-$k" "$k"; done
+for k in $KINDS; do expect_kill "kill-rank-$k" "$k" rank; done
+# The launcher killed: its ranks must go on every host (rmarun's when
+# their ssh connections drop; srun's and Hydra's through slurmstepd and
+# hydra_pmi_proxy).
+for k in $KILL_LAUNCHER; do expect_kill "kill-launcher-$k" "$k" launcher; done
 
 {
 	printf '%s\n' "---- cluster tests (logs in $LOGS)" "${SUMMARY[@]}"
