@@ -21,8 +21,9 @@ shopt -s extglob
 # ---- settings that depend on the library's PMI and rmarun interfaces ----
 # The environment variable choosing rma.Init's PMI wire (1, the default, or 2).
 PMI_WIRE_VAR=${PMI_WIRE_VAR:-RMAGO_PMI}
-# NAME=value words added to every rank's environment (through env(1)).
-RANK_ENV=${RANK_ENV:-}
+# NAME=value words added to every rank's environment (through env(1));
+# the soft provider by default, whatever RDMA devices the machine has.
+RANK_ENV=${RANK_ENV-RMAGO_PROVIDER=soft}
 # What a program must print on stderr when it cannot join the launcher.
 NOJOIN_RE=${NOJOIN_RE:-cannot join|not started by|launcher}
 # rmarun's multi-host flags: hosts are $NET.i, remote starts go through
