@@ -364,6 +364,25 @@ if selected pre-ssh; then
 		result pre-ssh FAIL "$(since "$t0")" "got '$got' exit $rc, want '$want' exit 7"
 	fi
 	no_strays pre-ssh || result pre-ssh-strays FAIL 0 "$STRAYS processes left"
+	# a killed client: the remote side reads end of file and ends
+	t0=$(now)
+	sleep 60 | "$CLUSTER_DIR/ssh-netns.sh" "$NET.3" 'exec cat' >/dev/null &
+	sp=$!
+	for _ in $(seq 1 50); do [ -n "$(pids_on h3 /usr/bin/cat)" ] && break; sleep 0.1; done
+	if [ -z "$(pids_on h3 /usr/bin/cat)" ]; then
+		result pre-ssh-kill FAIL "$(since "$t0")" "the remote cat did not start"
+	else
+		kill -9 "$sp" # the client (the pipeline's last process)
+		for _ in $(seq 1 50); do [ -z "$(pids_on h3 /usr/bin/cat)" ] && break; sleep 0.1; done
+		gone=$([ -z "$(pids_on h3 /usr/bin/cat)" ] && echo yes)
+		pkill -P "$$" -x sleep # the client's input, still open
+		wait "$sp" 2>/dev/null
+		if no_strays pre-ssh-kill && [ "$gone" = yes ]; then
+			result pre-ssh-kill ok "$(since "$t0")" "client killed: the remote command saw end of file and ended"
+		else
+			result pre-ssh-kill FAIL "$(since "$t0")" "the remote command outlived its killed client"
+		fi
+	fi
 fi
 if [ -n "$PMICLIENT" ]; then
 	for k in srun1 srun2 hydra1 hydra2; do
