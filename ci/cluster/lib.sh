@@ -14,7 +14,7 @@ BIN=$WORK/bin                      # the programs, built by test-cluster.sh
 NHOSTS=${NHOSTS:-3}
 BR=${BR:-br77}
 NET=${NET:-10.77.0}
-TMO=${TMO:-60}                     # seconds allowed for any one launch
+TMO=${TMO:-45}                     # seconds allowed for any one launch
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817}  # not Slurm's defaults (6817/6818)
 SLURMD_PORT=${SLURMD_PORT:-16818}
 export WORK BIN NHOSTS BR NET CLUSTER_DIR

@@ -38,4 +38,4 @@ chmod +x "$BIN/whereami"
 t2=$EPOCHREALTIME
 log "install $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s, build $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.1f", b-a}') s"
 # The sandbox ignores SIGTERM; SIGKILL ends it and everything inside.
-exec timeout -k 10 "${SUITE_TMO:-900}" "$CLUSTER_DIR/sandbox.sh" "$CLUSTER_DIR/cases.sh"
+exec timeout -k 10 "${SUITE_TMO:-600}" "$CLUSTER_DIR/sandbox.sh" "$CLUSTER_DIR/cases.sh"
