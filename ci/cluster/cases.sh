@@ -93,7 +93,7 @@ selected() { [[ $1 =~ $CASES ]]; }
 launcher() {
 	local kind=$1 nh=$2 np=$3 hosts ppn=$((($3 + $2 - 1) / $2))
 	hosts=$(seq -s, -f "$NET.%g" 1 "$nh")
-	W=(env $RANK_ENV)
+	read -ra W <<<"env $RANK_ENV"
 	case $kind in
 	srun[12] | hydra[12]) W+=("$PMI_WIRE_VAR=${kind: -1}") ;;
 	esac
@@ -145,7 +145,7 @@ strays() {
 declare -A HOSTOF
 map_hosts() {
 	local i
-	HOSTOF[$(stat -L -c %i /proc/self/ns/net)]=head
+	HOSTOF[$(stat -L -c %i /proc/self/ns/net)]="head"
 	for i in $(seq 1 "$NHOSTS"); do HOSTOF[$(stat -L -c %i "/run/netns/h$i")]=h$i; done
 }
 # no_strays NAME: waits up to STRAY_WAIT s for the job's processes to be
@@ -178,7 +178,7 @@ expect_ok() {
 	local name=$1 pat=$2
 	shift 2
 	selected "$name" || return 0
-	local note= i
+	local note='' i
 	for i in $(seq 1 "$REPEAT"); do
 		run "$name" "$@"
 		if [ "$RC" != 0 ]; then
@@ -224,7 +224,7 @@ expect_fail() {
 # both cases no process of the job may be left on any host STRAY_WAIT
 # seconds after the launcher ended.
 expect_kill() {
-	local name=$1 kind=$2 what=$3 t0 tk lp end i n victim note= after
+	local name=$1 kind=$2 what=$3 t0 tk lp end i n victim note='' after
 	selected "$name" || return 0
 	local TMO=$((2 * TMO)) # the job runs until it is killed
 	launcher "$kind" 3 3
@@ -289,7 +289,7 @@ expect_kill() {
 # joined one job. The wall times of the runs are the start-up time of a
 # 3-host job under that launcher (written to $WORK/startup.txt).
 expect_join() {
-	local kind=$1 name=join-$1 i times=() note= init=
+	local kind=$1 name=join-$1 i times=() note='' init=''
 	selected "$name" || return 0
 	launcher "$kind" 3 3
 	local want="joincheck: ok size=3 hosts=$NET.1,$NET.2,$NET.3"
@@ -313,6 +313,7 @@ expect_join() {
 	fi
 	local stats imed
 	stats=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END{printf "min %s median %s max %s", a[1], a[int((NR+1)/2)], a[NR]}')
+	# shellcheck disable=SC2086 # one word per run
 	imed=$(printf '%s\n' $init | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
 	printf '%-7s wall %s s; slowest rank'"'"'s Init median %s (%d runs)\n' "$kind" "$stats" "$imed" "$STARTUP_REPS" >>"$WORK/startup.txt"
 	result "$name" ok "$SECS" "3 ranks on 3 hosts; wall $stats s; Init median $imed"
@@ -356,6 +357,7 @@ if selected pre-ssh; then
 	# the stand-in maps hosts to namespaces, gives a clean environment,
 	# relays input and output, and returns the remote exit status
 	t0=$(now)
+	# shellcheck disable=SC2016 # expanded on the remote side
 	got=$(echo relayed | "$CLUSTER_DIR/ssh-netns.sh" -x "$NET.2" 'read l; echo "$(ip netns identify $$) $l ${WORK:-clean}"; exit 7')
 	rc=$?
 	want="h2 relayed clean"
@@ -399,7 +401,6 @@ fi
 # the heat app on 3 hosts.
 KINDS="srun1 hydra1 hydra2 rmarun"
 [ "$DEV_JOIN_SHIM" = 1 ] && KINDS="srun1 hydra1 hydra2" && KILL_LAUNCHER=${KILL_LAUNCHER/rmarun/}
-hosts3="$NET.1,$NET.2,$NET.3"
 P='^(\[0\] )?'
 # A launcher whose join case fails gets its other cases skipped: they
 # would fail the same way, each after its timeout if the join hangs.

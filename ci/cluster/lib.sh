@@ -29,7 +29,7 @@ tmo() { timeout -k 5 "$TMO" "$@"; }
 # ---- hosts: network namespaces h1..hN on bridge $BR ----
 
 netns_up() {
-	local i t out ok
+	local i out ok
 	ip link add "$BR" type bridge
 	ip addr add "$NET.254/24" dev "$BR"
 	ip link set "$BR" up
@@ -45,7 +45,7 @@ netns_up() {
 	# path from each host (no ping needed).
 	for i in $(seq 1 "$NHOSTS"); do
 		ok=
-		for t in $(seq 1 50); do
+		for _ in $(seq 1 50); do
 			out=$(ip netns exec "h$i" timeout 2 bash -c "exec 3<>/dev/tcp/$NET.254/9" 2>&1) && { ok=1; break; }
 			case $out in *refused*) ok=1; break ;; esac
 			sleep 0.1
@@ -156,7 +156,10 @@ slurm_up() {
 daemons_down() {
 	local i p
 	if [ ${#DAEMON_PIDS[@]} -gt 0 ] && [ -e "${SLURM_CONF:-/nonexistent}" ]; then
-		timeout 10 scancel --full $(timeout 5 squeue -h -o %i 2>/dev/null) 2>/dev/null || true
+		local jobs
+		mapfile -t jobs < <(timeout 5 squeue -h -o %i 2>/dev/null)
+		[ ${#jobs[@]} -gt 0 ] && timeout 10 scancel --full "${jobs[@]}" 2>/dev/null
+		true
 	fi
 	for ((i = ${#DAEMON_PIDS[@]} - 1; i >= 0; i--)); do
 		p=${DAEMON_PIDS[$i]}
