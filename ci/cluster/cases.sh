@@ -24,8 +24,9 @@ PMI_WIRE_VAR=${PMI_WIRE_VAR:-RMAGO_PMI}
 # NAME=value words added to every rank's environment (through env(1));
 # the soft provider by default, whatever RDMA devices the machine has.
 RANK_ENV=${RANK_ENV-RMAGO_PROVIDER=soft}
-# What a program must print on stderr when it cannot join the launcher.
-NOJOIN_RE=${NOJOIN_RE:-cannot join|not started by|launcher}
+# What a program must print on stderr when it cannot join the launcher
+# (launch.ErrLauncher).
+NOJOIN_RE=${NOJOIN_RE:-launcher rmago cannot join}
 # rmarun's multi-host flags: hosts are $NET.i, remote starts go through
 # ssh-netns.sh. RMARUN_HOSTS is the flag taking the host list.
 RMARUN_HOSTS=${RMARUN_HOSTS:--H}
@@ -102,7 +103,7 @@ launcher() {
 	nopmi) L=(srun -N "$nh" -n "$np") ;;
 	hydra[12])
 		# -localhost: the proxies dial mpiexec back at the bridge
-		# address, not at `hostname` (127.0.0.1 in every host: pitfall 1).
+		# address, not at `hostname` (127.0.0.1 in every host: docs/launch-cluster.md, pitfall 1).
 		L=(mpiexec -launcher ssh -launcher-exec "$CLUSTER_DIR/ssh-netns.sh" -localhost "$NET.254"
 			-hosts "$hosts" -ppn "$ppn" -n "$np") ;;
 	rmarun) # -H host:slots, as Open MPI's mpirun
@@ -224,7 +225,7 @@ expect_fail() {
 # both cases no process of the job may be left on any host STRAY_WAIT
 # seconds after the launcher ended.
 expect_kill() {
-	local name=$1 kind=$2 what=$3 t0 tk lp end i n victim note='' after
+	local name=$1 kind=$2 what=$3 t0 tk='' lp end i n victim note='' after=''
 	selected "$name" || return 0
 	local TMO=$((2 * TMO)) # the job runs until it is killed
 	launcher "$kind" 3 3
