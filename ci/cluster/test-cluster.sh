@@ -4,6 +4,7 @@
 # pingpong, the heat app and joincheck into $BIN, then runs cases.sh inside
 # sandbox.sh: fresh network, PID and mount namespaces, so that all traffic
 # stays between the namespaces the tests make, and nothing outlives the run.
+# docs/launch-cluster.md describes the cases and the settings.
 # Settings (see lib.sh and cases.sh): CASES=REGEX runs some cases only,
 # TMO=SECONDS bounds each launch, WORK=DIR holds binaries, logs and Slurm
 # state (default /tmp/rmago-cluster), SUITE_TMO bounds the whole run.
