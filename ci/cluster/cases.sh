@@ -46,6 +46,13 @@ STRAY_WAIT=${STRAY_WAIT:-20}
 STARTUP_REPS=${STARTUP_REPS:-5}
 # Launchers killed in the kill-launcher cases.
 KILL_LAUNCHER=${KILL_LAUNCHER:-srun1 hydra1 rmarun}
+# The partition cases: the launchers whose host h2 is cut off for PART_DOWN
+# seconds mid-job; the ranks' RMAGO_TIMEOUT (PART_TIMEOUT) must end the job
+# with an error matching PART_RE.
+PARTITION=${PARTITION-srun1 hydra1 rmarun}
+PART_TIMEOUT=${PART_TIMEOUT:-3s}
+PART_DOWN=${PART_DOWN:-9}
+PART_RE=${PART_RE:-timed out waiting for peers}
 # Runs of each ping-pong and app case (more to hunt intermittent failures).
 REPEAT=${REPEAT:-1}
 
@@ -229,7 +236,7 @@ expect_kill() {
 	selected "$name" || return 0
 	local TMO=$((2 * TMO)) # the job runs until it is killed
 	launcher "$kind" 3 3
-	local cmd=("${L[@]}" "${W[@]}" "$BIN/pingpong" onemany -min 0 -max 0 -reps 1000000 -iters 100 -no-progress)
+	local cmd=("${L[@]}" env "RMAGO_TIMEOUT=$PART_TIMEOUT" "${W[@]}" "$BIN/pingpong" onemany -min 0 -max 0 -reps 1000000 -iters 100 -no-progress)
 	printf '%q ' "${cmd[@]}" >"$LOGS/$name.cmd"
 	t0=$(now)
 	tmo "${cmd[@]}" </dev/null >"$LOGS/$name.out" 2>"$LOGS/$name.err" &
@@ -250,6 +257,8 @@ expect_kill() {
 	sleep 1
 	if [ "$what" = rank ]; then
 		victim=$(pids_on h2 "$BIN/pingpong" | head -n 1)
+	elif [ "$what" = partition ]; then
+		victim=v77h2
 	else
 		# the launcher: below the subshell and timeout that run it
 		victim=$lp
@@ -260,6 +269,13 @@ expect_kill() {
 	if [ -z "$(pids_on h2 "$BIN/pingpong")" ] || [ -z "$victim" ] || ! kill -0 "$lp" 2>/dev/null; then
 		note="the job was not running on all hosts"
 		kill -9 "$lp" 2>/dev/null
+	elif [ "$what" = partition ]; then
+		# h2 unreachable for longer than the ranks' timeout, then back, so
+		# that the launchers' own connections to h2 recover
+		ip link set v77h2 down
+		tk=$(now)
+		sleep "$PART_DOWN"
+		ip link set v77h2 up
 	else
 		kill -9 "$victim"
 		tk=$(now)
@@ -267,11 +283,13 @@ expect_kill() {
 	wait "$lp"
 	RC=$?
 	SECS=$(since "$t0")
-	if [ -z "$note" ] && [ "$what" = rank ]; then
+	if [ -z "$note" ] && [ "$what" != launcher ]; then
 		if [ "$RC" = 0 ]; then
-			note="the launcher exited 0 after a rank was killed"
+			note="the launcher exited 0"
 		elif timed_out; then
 			note="the job did not end: timed out"
+		elif [ "$what" = partition ] && ! grep -Eq "$PART_RE" "$LOGS/$name.err"; then
+			note="exit $RC but no line on stderr matches /$PART_RE/"
 		fi
 	fi
 	if ! no_strays "$name"; then note+="${note:+; }$STRAYS processes left (see $name.strays)"; fi
@@ -280,6 +298,8 @@ expect_kill() {
 		result "$name" FAIL "$SECS" "$note"
 	elif [ "$what" = rank ]; then
 		result "$name" ok "$SECS" "killed rank pid $victim on h2; launcher exit $RC; all gone ${after}s after the kill"
+	elif [ "$what" = partition ]; then
+		result "$name" ok "$SECS" "h2 cut off for ${PART_DOWN}s; launcher exit $RC; all gone ${after}s after the cut: $(grep -Em1 "$PART_RE" "$LOGS/$name.err" | cut -c1-80)"
 	else
 		result "$name" ok "$SECS" "killed the launcher (pid $victim); all ranks gone ${after}s after the kill"
 	fi
@@ -444,6 +464,11 @@ done
 # hydra_pmi_proxy).
 for k in $KILL_LAUNCHER; do
 	if [ -n "${BROKEN[$k]:-}" ]; then skip "kill-launcher-$k" "$k"; else expect_kill "kill-launcher-$k" "$k" launcher; fi
+done
+# A host cut off the network: the ranks' timeout ends the job with a clear
+# error, nothing hangs, nothing is left.
+for k in $PARTITION; do
+	if [ -n "${BROKEN[$k]:-}" ]; then skip "partition-$k" "$k"; else expect_kill "partition-$k" "$k" partition; fi
 done
 
 {
