@@ -448,12 +448,15 @@ done
 # Data verification is live across hosts: rank 1 corrupts one element.
 launcher srun1 2 2
 expect_fail corrupt-srun1 'DATA VERIFICATION FAILED' env PINGPONG_TEST_CORRUPT=1 "${L[@]}" "${W[@]}" "$BIN/pingpong" oneone -quick -no-progress
-# A launcher rmago cannot join: srun without PMI, and Open MPI's environment.
+# A launcher rmago cannot join: srun without PMI, Open MPI's environment,
+# a PMIx server's (without the pmix build tag).
 if [ "$DEV_JOIN_SHIM" != 1 ]; then
 	launcher nopmi 3 3
 	expect_fail nojoin-srun-nopmi "$NOJOIN_RE" "${L[@]}" "${W[@]}" "$BIN/joincheck" -n 3
 	expect_fail nojoin-openmpi-env "$NOJOIN_RE" ip netns exec h1 env OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_RANK=0 \
 		OMPI_COMM_WORLD_LOCAL_RANK=0 "$BIN/joincheck" -n 3
+	expect_fail nojoin-pmix-env "$NOJOIN_RE" ip netns exec h1 env PMIX_RANK=0 PMIX_NAMESPACE=prterun-h1-1@1 \
+		"$BIN/joincheck" -n 3
 fi
 # A rank killed on one host ends the whole job.
 for k in $KINDS; do
