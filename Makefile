@@ -2,6 +2,7 @@
 #   make run        build, then a 2-rank ping-pong on the embedded soft provider
 #   make test       gofmt, go vet, the race-enabled test suite, a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
+#   make test-cluster  jobs across 3 network-namespace hosts under srun, Hydra mpiexec and rmarun -H (root)
 #   make compare    rmago beside Open MPI and MPICH (TCP and shared memory), writes docs/benchmarks.md
 #   make plot       PLOTJSON='a.json b.json' [PLOTOUT=out.svg] [PLOTFLAGS=...]: latency/bandwidth plots
 GO       ?= go
@@ -14,7 +15,7 @@ FUZZTIME ?= 300000x
 RANKS    ?= 2
 PPFLAGS  ?=
 
-.PHONY: all build run test vet fmt-check fuzz test-rdma clean
+.PHONY: all build run test vet fmt-check fuzz test-rdma test-cluster clean
 
 all: build
 
@@ -41,6 +42,9 @@ test: fmt-check vet
 
 test-rdma:
 	ci/test-rdma.sh
+
+test-cluster:
+	GO=$(GO) ci/cluster/test-cluster.sh
 
 clean:
 	rm -rf $(BIN)
