@@ -1,0 +1,212 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rmago/rmago/ci/faults"
+)
+
+// judge decides what rank p of the trial came to.
+func (t *trial) judge(p *proc) rankResult {
+	sp, f := t.sp, t.sp.scen.fault
+	rr := rankResult{rank: p.rank, survivor: p.rank != sp.faulty || !f.KillsARank()}
+	p.mu.Lock()
+	rr.hung = p.killed
+	p.mu.Unlock()
+	if v, ok := p.event(faults.EvVerify); ok {
+		rr.corrupt, rr.checked = v.Corrupt, v.Checked
+		if v.Corrupt != 0 && rr.detail == "" {
+			rr.detail = v.First
+		}
+	}
+	out := p.output()
+	rr.race = strings.Contains(out, "WARNING: DATA RACE")
+	ev, erred := p.event(faults.EvError)
+	if erred {
+		rr.class = ev.Class
+		if !t.faultAt.IsZero() {
+			rr.after = ev.At().Sub(t.faultAt)
+		}
+	}
+	if !rr.survivor {
+		return rr
+	}
+	why, detail := t.verdict(p, ev, erred)
+	rr.right = why == ""
+	rr.why = why
+	if detail != "" {
+		rr.detail = detail
+	}
+	if rr.right && rr.hung {
+		rr.why = "hung after its error"
+	}
+	return rr
+}
+
+// verdict returns why survivor p did not come to the right end ("" if it
+// did) and the message behind it.
+func (t *trial) verdict(p *proc, ev faults.Event, erred bool) (string, string) {
+	f, bound := t.sp.scen.fault, t.s.bound()
+	if t.setup != "" {
+		return "trial failed before the fault", t.setup
+	}
+	if !f.KillsARank() {
+		// The job must finish as if nothing happened.
+		switch {
+		case erred:
+			return "error (" + string(ev.Class) + ")", ev.Err
+		case p.killed:
+			return "hung", lastWords(p)
+		}
+		if _, ok := p.event(faults.EvDone); !ok {
+			return "no outcome (" + p.exit() + ")", lastWords(p)
+		}
+		if f.Bootstrap() {
+			if r, ok := p.event(faults.EvReady); ok && r.At().Sub(t.faultAt) > bound {
+				return "slow start", fmt.Sprintf("ready %.2fs after the launch (bound %v)", r.At().Sub(t.faultAt).Seconds(), bound)
+			}
+		}
+		if c, _ := p.event(faults.EvClosed); c.Err != "" {
+			return "Close failed (" + string(c.Class) + ")", c.Err
+		}
+		if x := p.exit(); x != "exit 0" {
+			return "ended badly (" + x + ")", lastWords(p)
+		}
+		return "", ""
+	}
+	if !erred {
+		if _, ok := p.event(faults.EvDone); ok {
+			return "no error", "finished every epoch"
+		}
+		if p.killed {
+			return "hung without an error", lastWords(p)
+		}
+		return "no outcome (" + p.exit() + ")", lastWords(p)
+	}
+	after := ev.At().Sub(t.faultAt)
+	switch {
+	case !faults.RightClass(f, ev.Class):
+		return "wrong class (" + cmpOr(string(ev.Class), "none") + ")", ev.Err
+	case !slices.Contains(ev.Names, t.sp.faulty):
+		return "does not name the faulty rank", ev.Err
+	case after < 0:
+		return "error before the fault", ev.Err
+	case after > bound:
+		return "late", fmt.Sprintf("after %.2fs (bound %v): %s", after.Seconds(), bound, ev.Err)
+	}
+	return "", ""
+}
+
+// lastWords is the end of what a rank said besides its events.
+func lastWords(p *proc) string {
+	out := strings.TrimSpace(p.output())
+	if len(out) > 300 {
+		out = "..." + out[len(out)-300:]
+	}
+	return out
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// describe writes the details of a trial: a line, and for a failed trial
+// every rank that went wrong.
+func (t *trial) describe(r *result) string {
+	var b strings.Builder
+	n, right, hangs, corrupt := r.survivors()
+	verdict := "ok"
+	if !r.ok() {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(&b, "%-4s %s: %d/%d right", verdict, r.spec, right, n)
+	if t.sp.scen.fault.KillsARank() {
+		var worst time.Duration
+		for _, rr := range r.ranks {
+			if rr.right {
+				worst = max(worst, rr.after)
+			}
+		}
+		fmt.Fprintf(&b, " (slowest %.2fs)", worst.Seconds())
+	}
+	fmt.Fprintf(&b, ", %d hung, %d orphans, %d corrupt bytes, %.1fs\n", hangs, r.orphans, corrupt, r.wall.Seconds())
+	if t.s.verbose {
+		for _, p := range t.procs {
+			fmt.Fprintf(&b, "     %s\n", t.timeline(p))
+		}
+	}
+	if r.ok() {
+		return b.String()
+	}
+	if r.setup != "" {
+		fmt.Fprintf(&b, "     setup: %s\n", oneLine(r.setup, 400))
+	}
+	for i, rr := range r.ranks {
+		if (rr.right || !rr.survivor) && !rr.hung && rr.corrupt == 0 && !rr.race {
+			continue
+		}
+		what := rr.why
+		if rr.hung && !strings.Contains(what, "hung") {
+			what = strings.TrimPrefix(what+", hung", ", ")
+		}
+		if rr.corrupt != 0 {
+			what += fmt.Sprintf(", %d corrupt bytes", rr.corrupt)
+		}
+		if rr.race {
+			what += ", DATA RACE"
+		}
+		fmt.Fprintf(&b, "     rank %d: %s: %s\n", rr.rank, strings.TrimPrefix(what, ", "), oneLine(rr.detail, 400))
+		if rr.race || strings.Contains(rr.why, "no outcome") {
+			if out := strings.TrimSpace(t.procs[i].output()); out != "" {
+				fmt.Fprintf(&b, "       output: %s\n", oneLine(out, 1500))
+			}
+		}
+	}
+	return b.String()
+}
+
+// oneLine shortens s to at most n bytes on one line.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}
+
+// timeline is one line of what rank p reported, times after the fault.
+func (t *trial) timeline(p *proc) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rank %d:", p.rank)
+	since := func(e faults.Event) string {
+		if t.faultAt.IsZero() {
+			return ""
+		}
+		return fmt.Sprintf(" %+.3fs", e.At().Sub(t.faultAt).Seconds())
+	}
+	p.mu.Lock()
+	evs := slices.Clone(p.events)
+	killed := p.killed
+	p.mu.Unlock()
+	for _, e := range evs {
+		fmt.Fprintf(&b, " %s%s", e.Kind, since(e))
+		switch {
+		case e.Kind == faults.EvError || e.Kind == faults.EvClosed && e.Err != "":
+			fmt.Fprintf(&b, " [%s %v: %s]", e.Class, e.Names, oneLine(e.Err, 160))
+		case e.Kind == faults.EvVerify && e.Corrupt != 0:
+			fmt.Fprintf(&b, " [%d corrupt: %s]", e.Corrupt, oneLine(e.First, 160))
+		}
+		b.WriteString(";")
+	}
+	if killed {
+		b.WriteString(" HUNG, killed;")
+	}
+	fmt.Fprintf(&b, " %s", cmpOr(p.exit(), "running"))
+	return b.String()
+}
