@@ -204,13 +204,13 @@ func (j *job) lockAllEpoch(e int) (faults.Check, error) {
 // Live peers may still be finishing a write to it, so a check that finds
 // something wrong is repeated, a few times, a while later: only what stays
 // wrong counts.
-func (j *job) settled(faulty int) faults.Check {
+func (j *job) settled(faulty, completed int) faults.Check {
 	var c faults.Check
 	for try := range 6 {
 		if try > 0 {
 			time.Sleep(200 * time.Millisecond)
 		}
-		if c = j.layout.AfterFault(j.win.Local(), j.me, faulty); c.Corrupt == 0 {
+		if c = j.layout.AfterFault(j.win.Local(), j.me, faulty, completed); c.Corrupt == 0 {
 			break
 		}
 	}

@@ -98,6 +98,7 @@ func run() int {
 
 	var check faults.Check
 	var failed error
+	completed := -1 // the last epoch known complete at this rank's window
 	last := faults.FirstEpoch + c.epochs - 1
 	e := faults.FirstEpoch
 	for ; e <= last; e++ {
@@ -124,6 +125,9 @@ func run() int {
 		}
 		ck, err := j.epoch(e)
 		check.Add(ck)
+		if err == nil && (c.mode == faults.Fence || c.mode == faults.PSCW) {
+			completed = e // the epoch's Fence or Wait returned: it is complete here
+		}
 		if err != nil {
 			failed = err
 			rep.fail(e, "epoch", err)
@@ -147,7 +151,7 @@ func run() int {
 		}
 	}
 	if failed != nil && !errors.Is(failed, errCorrupt) {
-		check.Add(j.settled(c.faulty))
+		check.Add(j.settled(c.faulty, completed))
 	}
 	rep.emit(faults.Event{Kind: faults.EvVerify, Epoch: min(e, last), Checked: check.Checked, Corrupt: check.Corrupt, First: check.First})
 	if failed != nil && c.hold {

@@ -129,11 +129,11 @@ func (t *trial) describe(r *result) string {
 	if t.sp.scen.fault.KillsARank() {
 		var worst time.Duration
 		for _, rr := range r.ranks {
-			if rr.right {
+			if rr.survivor && rr.class != faults.ClassNone {
 				worst = max(worst, rr.after)
 			}
 		}
-		fmt.Fprintf(&b, " (slowest %.2fs)", worst.Seconds())
+		fmt.Fprintf(&b, " (last error %.2fs after the fault)", worst.Seconds())
 	}
 	fmt.Fprintf(&b, ", %d hung, %d orphans, %d corrupt bytes, %.1fs\n", hangs, r.orphans, corrupt, r.wall.Seconds())
 	if t.s.verbose {
