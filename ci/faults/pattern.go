@@ -161,18 +161,21 @@ func (l Layout) guards(win []uint64, me int) Check {
 }
 
 // AfterFault checks rank me's window after a fault of rank faulty (-1:
-// none known), when some epoch may have been cut short. completed is the
-// last epoch this rank knows complete at its window (the last Fence or
-// Wait that returned; -1 in the passive-target modes, where the target
-// knows nothing): the buffer of that epoch must hold exactly that epoch's
-// data from every origin, the faulty one too (nobody writes it again before
-// this rank takes part in the next epoch). Otherwise, for every origin, the
-// buffer of its older epoch was written by an epoch that completed, so it
-// must hold that epoch's data exactly. The other buffer may be in the
+// none known), when some epoch may have been cut short. For every origin,
+// the buffer of its older epoch was written by an epoch that completed, so
+// it must hold that epoch's data exactly (for the faulty rank too: what it
+// wrote before the fault must be intact); the other buffer may be in the
 // middle of being overwritten, so each word must be that buffer's newest
 // epoch or the one before, except from the faulty rank, whose last write
 // may have been cut anywhere, even inside a word (those words are not
-// checked). Every guard must be intact.
+// checked). completed is the last epoch this rank knows complete at its
+// window (its last Fence or Wait that returned; -1 in the passive-target
+// modes): every origin's data of that epoch arrived, so no origin's newest
+// epoch may be older (a lost epoch). Every guard must be intact.
+//
+// (Stronger rules do not hold: a peer may be an epoch ahead of this rank,
+// writing the buffer of this rank's completed epoch already, and a faulty
+// rank that was ahead may have been cut inside a word there.)
 func (l Layout) AfterFault(win []uint64, me, faulty, completed int) Check {
 	var c Check
 	for o := range l.N {
@@ -186,21 +189,22 @@ func (l Layout) AfterFault(win []uint64, me, faulty, completed int) Check {
 				}
 			}
 		}
+		if completed >= FirstEpoch && max(newest[0], newest[1]) < completed {
+			s := l.Slot(Buffer(completed), o)
+			c.Add(Exact(win[s:s+l.K], o, me, completed, "completed epoch lost"))
+			continue
+		}
 		older, newer := 0, 1
 		if newest[0] > newest[1] {
 			older, newer = 1, 0
 		}
 		eo := max(newest[older], older) // nothing valid: compare with the initial contents
-		en := max(newest[newer], newer)
-		if completed >= FirstEpoch {
-			older, newer = Buffer(completed), Buffer(completed+1)
-			eo, en = completed, completed+1
-		}
 		s := l.Slot(older, o)
 		c.Add(Exact(win[s:s+l.K], o, me, eo, "completed epoch"))
 		if o == faulty {
 			continue
 		}
+		en := max(newest[newer], newer)
 		s = l.Slot(newer, o)
 		for i, v := range win[s : s+l.K] {
 			want := Value(o, me, en, i)
