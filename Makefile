@@ -2,6 +2,9 @@
 #   make run        build, then a 2-rank ping-pong on the embedded soft provider
 #   make test       gofmt, go vet, the race-enabled test suite, a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
+#   make test-faults  fault injection (kill -9, SIGSTOP/SIGCONT, early Close, a peer that
+#                   stops reading, hostile bootstrap connections) on jobs of 2-8 ranks;
+#                   writes docs/reliability.md; FAULT_TRIALS=N trials per scenario
 #   make compare    rmago beside Open MPI and MPICH (TCP and shared memory), writes docs/benchmarks.md
 #   make plot       PLOTJSON='a.json b.json' [PLOTOUT=out.svg] [PLOTFLAGS=...]: latency/bandwidth plots
 GO       ?= go
@@ -14,7 +17,7 @@ FUZZTIME ?= 300000x
 RANKS    ?= 2
 PPFLAGS  ?=
 
-.PHONY: all build run test vet fmt-check fuzz test-rdma clean
+.PHONY: all build run test vet fmt-check fuzz test-rdma test-faults clean
 
 all: build
 
@@ -41,6 +44,20 @@ test: fmt-check vet
 
 test-rdma:
 	ci/test-rdma.sh
+
+# Fault injection (ci/faults): FAULT_TRIALS trials per scenario (fault x
+# epoch mode), FAULT_PARALLEL trials at once; FAULT_SEED replays a plan;
+# FAULT_RACE=1 builds the ranks with -race; FAULTFLAGS adds faultrun flags
+# (e.g. -faults kill9,stop -modes fence -v). About 6 minutes on 2 cores.
+FAULT_TRIALS   ?= 4
+FAULT_PARALLEL ?= 3
+FAULT_RACE     ?=
+FAULTFLAGS     ?=
+
+test-faults:
+	$(GO) build $(if $(FAULT_RACE),-race) -o $(BIN)/faultrank ./ci/faults/faultrank
+	$(GO) build -o $(BIN)/faultrun ./ci/faults/faultrun
+	$(BIN)/faultrun -rank $(BIN)/faultrank -trials $(FAULT_TRIALS) -parallel $(FAULT_PARALLEL) -out docs/reliability.md $(FAULTFLAGS)
 
 clean:
 	rm -rf $(BIN)
