@@ -103,19 +103,27 @@ func run() int {
 	e := faults.FirstEpoch
 	for ; e <= last; e++ {
 		if j.me == c.faulty && e == c.at && c.fault != "" {
-			rep.emit(faults.Event{Kind: faults.EvFault, Epoch: e})
 			switch c.fault {
 			case faults.Close:
+				rep.emit(faults.Event{Kind: faults.EvFault, Epoch: e, Phase: "Close"})
 				rep.closed(w.Close())
 				return 0
 			case faults.StopRead:
+				// The fault line follows the fact: if the sockets could not
+				// be taken out, the driver sees this rank end without it.
 				n, err := stopReading()
-				if err != nil || n == 0 {
-					fmt.Fprintf(os.Stderr, "faultrank: could not stop reading (%d sockets): %v\n", n, err)
+				if err == nil && n == 0 {
+					err = errors.New("no socket found")
+				}
+				if err != nil {
+					rep.emit(faults.Event{Kind: faults.EvError, Epoch: e, Phase: "stopread", Err: "could not stop reading: " + err.Error(), Class: faults.ClassOther})
 					return 1
 				}
+				rep.emit(faults.Event{Kind: faults.EvFault, Epoch: e, Phase: fmt.Sprintf("stopped reading %d sockets", n)})
 				time.Sleep(c.maxTime) // alive, silent, reading nothing, until killed
 				return 0
+			default:
+				rep.emit(faults.Event{Kind: faults.EvFault, Epoch: e})
 			}
 		}
 		if time.Since(start) > c.maxTime {

@@ -139,3 +139,33 @@ func TestTrials(t *testing.T) {
 		}
 	}
 }
+
+func TestHangSite(t *testing.T) {
+	dump := `SIGQUIT: quit
+PC=0x4744a1 m=0 sigcode=0
+
+goroutine 1 gp=0xc000002380 m=nil [sync.Cond.Wait, 1 minutes]:
+runtime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)
+	/usr/local/go/src/runtime/proc.go:435 +0xce
+sync.(*Cond).Wait(0xc0000b4050)
+	/usr/local/go/src/sync/cond.go:71 +0x85
+github.com/rmago/rmago/transport.(*Fabric).waitUntil(0xc0000b4000, 0xc00001c0f0, 0xffffffffffffffff, {0x0, 0x0, 0x0}, 0xc000010018)
+	/work/wt/x/transport/fabric.go:770 +0x1a5
+github.com/rmago/rmago/transport.(*Fabric).TagBarrier(0xc0000b4000, 0x10001)
+	/work/wt/x/transport/fabric.go:880 +0x95
+github.com/rmago/rmago/rma.(*World).Close(0xc0000c2000)
+	/work/wt/x/rma/world.go:232 +0x1b5
+main.run()
+	/work/wt/x/ci/faults/faultrank/main.go:140 +0x8b5
+
+goroutine 2 gp=0xc000002e00 m=nil [force gc (idle)]:
+runtime.gopark(0x0?, 0x0?, 0x0?, 0x0?, 0x0?)
+`
+	want := "[sync.Cond.Wait, 1 minutes] transport.(*Fabric).waitUntil (fabric.go:770) < transport.(*Fabric).TagBarrier < rma.(*World).Close"
+	if got := hangSite(dump); got != want {
+		t.Errorf("hangSite:\n got %s\nwant %s", got, want)
+	}
+	if got := hangSite("no dump"); got != "" {
+		t.Errorf("without a dump: %q", got)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +32,20 @@ func (t *trial) judge(p *proc) rankResult {
 			rr.after = ev.At().Sub(t.faultAt)
 		}
 	}
+	if rr.hung {
+		_, done := p.event(faults.EvDone)
+		switch {
+		case !rr.survivor:
+			rr.hangWhy = "the faulty rank hung"
+		case erred:
+			rr.hangWhy = "hung after its error"
+		case done:
+			rr.hangWhy = "hung after finishing"
+		default:
+			rr.hangWhy = "hung without an error"
+		}
+		rr.hangSite = hangSite(out)
+	}
 	if !rr.survivor {
 		return rr
 	}
@@ -40,10 +55,51 @@ func (t *trial) judge(p *proc) rankResult {
 	if detail != "" {
 		rr.detail = detail
 	}
-	if rr.right && rr.hung {
-		rr.why = "hung after its error"
-	}
 	return rr
+}
+
+// hangSite summarizes where the main goroutine of a hung rank was, from
+// the goroutine dump it printed on SIGQUIT: its wait state and the
+// innermost rmago frames, e.g. "[sync.Cond.Wait] transport.(*Fabric).waitUntil
+// (fabric.go:770) < transport.(*Fabric).Barrier < rma.(*World).Close".
+func hangSite(out string) string {
+	i := strings.Index(out, "goroutine 1 ")
+	if i < 0 {
+		return ""
+	}
+	block := out[i:]
+	if j := strings.Index(block, "\n\n"); j >= 0 {
+		block = block[:j]
+	}
+	lines := strings.Split(block, "\n")
+	state := ""
+	if a, b := strings.IndexByte(lines[0], '['), strings.IndexByte(lines[0], ']'); a >= 0 && b > a {
+		state = lines[0][a : b+1]
+	}
+	const mod = "github.com/rmago/rmago/"
+	var frames []string
+	for k := 1; k < len(lines) && len(frames) < 4; k++ {
+		l := lines[k]
+		if !strings.HasPrefix(l, mod) || strings.HasPrefix(l, mod+"ci/") {
+			continue
+		}
+		f := strings.TrimPrefix(l, mod)
+		if p := strings.LastIndexByte(f, '('); p > 0 {
+			f = f[:p]
+		}
+		if len(frames) == 0 && k+1 < len(lines) {
+			loc := strings.TrimSpace(lines[k+1])
+			if sp := strings.IndexByte(loc, ' '); sp > 0 {
+				loc = loc[:sp]
+			}
+			f += " (" + filepath.Base(loc) + ")"
+		}
+		frames = append(frames, f)
+	}
+	if len(frames) == 0 {
+		return state + " outside rmago"
+	}
+	return strings.TrimSpace(state + " " + strings.Join(frames, " < "))
 }
 
 // verdict returns why survivor p did not come to the right end ("" if it
@@ -59,7 +115,7 @@ func (t *trial) verdict(p *proc, ev faults.Event, erred bool) (string, string) {
 		case erred:
 			return "error (" + string(ev.Class) + ")", ev.Err
 		case p.killed:
-			return "hung", lastWords(p)
+			return "not done by the deadline", ""
 		}
 		if _, ok := p.event(faults.EvDone); !ok {
 			return "no outcome (" + p.exit() + ")", lastWords(p)
@@ -82,20 +138,21 @@ func (t *trial) verdict(p *proc, ev faults.Event, erred bool) (string, string) {
 			return "no error", "finished every epoch"
 		}
 		if p.killed {
-			return "hung without an error", lastWords(p)
+			return "no error by the deadline", ""
 		}
 		return "no outcome (" + p.exit() + ")", lastWords(p)
 	}
 	after := ev.At().Sub(t.faultAt)
+	detail := fmt.Sprintf("after %.2fs: %s", after.Seconds(), ev.Err)
 	switch {
 	case !faults.RightClass(f, ev.Class):
-		return "wrong class (" + cmpOr(string(ev.Class), "none") + ")", ev.Err
+		return "wrong class (" + cmpOr(string(ev.Class), "none") + ")", detail
 	case !slices.Contains(ev.Names, t.sp.faulty):
-		return "does not name the faulty rank", ev.Err
+		return "does not name the faulty rank", detail
 	case after < 0:
-		return "error before the fault", ev.Err
+		return "error before the fault", detail
 	case after > bound:
-		return "late", fmt.Sprintf("after %.2fs (bound %v): %s", after.Seconds(), bound, ev.Err)
+		return "late", detail
 	}
 	return "", ""
 }
@@ -152,8 +209,11 @@ func (t *trial) describe(r *result) string {
 			continue
 		}
 		what := rr.why
-		if rr.hung && !strings.Contains(what, "hung") {
-			what = strings.TrimPrefix(what+", hung", ", ")
+		if rr.hung {
+			what = strings.TrimPrefix(what+", "+rr.hangWhy, ", ")
+			if rr.hangSite != "" {
+				what += " in " + rr.hangSite
+			}
 		}
 		if rr.corrupt != 0 {
 			what += fmt.Sprintf(", %d corrupt bytes", rr.corrupt)

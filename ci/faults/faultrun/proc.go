@@ -13,8 +13,9 @@ import (
 	"github.com/rmago/rmago/ci/faults"
 )
 
-// tailMax is how much of a rank's other output is kept for the report.
-const tailMax = 4 << 10
+// tailMax is how much of a rank's other output is kept for the report
+// (enough for the goroutine dump of a hung rank).
+const tailMax = 256 << 10
 
 // proc is one rank process of a trial.
 type proc struct {
@@ -106,6 +107,19 @@ func (p *proc) signal(sig syscall.Signal) {
 	if !p.exited() {
 		syscall.Kill(p.pid, sig)
 	}
+}
+
+// dumpAndKill has a hung rank print its goroutines (SIGQUIT: the Go
+// runtime dumps every goroutine's stack to stderr and exits), waits a
+// little for it, then kills it.
+func (p *proc) dumpAndKill() {
+	p.signal(syscall.SIGCONT)
+	p.signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Second):
+	}
+	p.kill()
 }
 
 // kill kills the process's group and waits (boundedly) for it to be reaped.

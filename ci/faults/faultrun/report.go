@@ -24,7 +24,7 @@ type tally struct {
 	hangs, orphans, races int
 	corrupt, checked      int64
 	classes               map[faults.Class]int // survivors' first errors
-	why                   map[string]int       // why survivors were not right
+	why                   map[string]int       // why survivors were not right, and hangs
 	samples               []string             // a few of the messages behind
 	times                 []time.Duration      // right survivors' time to error
 }
@@ -42,11 +42,18 @@ func (t *tally) add(r *result) {
 	if t.classes == nil {
 		t.classes, t.why = map[faults.Class]int{}, map[string]int{}
 	}
+	if r.setup != "" && len(t.samples) < 3 {
+		t.samples = append(t.samples, fmt.Sprintf("%s: %s", r.spec, oneLine(r.setup, 300)))
+	}
 	for _, rr := range r.ranks {
 		t.corrupt += rr.corrupt
 		t.checked += rr.checked
 		if rr.hung {
 			t.hangs++
+			t.why[rr.hangWhy]++
+			if len(t.samples) < 3 {
+				t.samples = append(t.samples, fmt.Sprintf("%s, rank %d: %s in %s", r.spec, rr.rank, rr.hangWhy, cmpOr(rr.hangSite, "?")))
+			}
 		}
 		if rr.race {
 			t.races++

@@ -44,6 +44,8 @@ type rankResult struct {
 	class    faults.Class  // the class of its first error
 	after    time.Duration // its first error's time after the fault
 	hung     bool          // still running at its deadline: killed
+	hangWhy  string        // then: at what stage
+	hangSite string        // and where its main goroutine was
 	corrupt  int64
 	checked  int64
 	race     bool
@@ -371,8 +373,7 @@ func (t *trial) finish() {
 				p.mu.Lock()
 				p.killed = true // hung
 				p.mu.Unlock()
-				p.signal(syscall.SIGCONT)
-				p.kill()
+				p.dumpAndKill()
 				continue
 			}
 			if next.IsZero() || d.Before(next) {
