@@ -48,8 +48,8 @@ test-rdma:
 # Fault injection (ci/faults): FAULT_TRIALS trials per scenario (fault x
 # epoch mode), FAULT_PARALLEL trials at once; FAULT_SEED replays a plan;
 # FAULT_RACE=1 builds the ranks with -race; FAULTFLAGS adds faultrun flags
-# (e.g. -faults kill9,stop -modes fence -v). About 6 minutes on 2 cores.
-FAULT_TRIALS   ?= 4
+# (e.g. -faults kill9,stop -modes fence -v). 4-8 minutes on 2 cores.
+FAULT_TRIALS   ?= 5
 FAULT_PARALLEL ?= 3
 FAULT_RACE     ?=
 FAULTFLAGS     ?=

@@ -104,14 +104,14 @@ func run() int {
 	s := &settings{}
 	var sizes, faultList, modeList string
 	flag.StringVar(&s.rankBin, "rank", "bin/faultrank", "the faultrank binary")
-	flag.IntVar(&s.trials, "trials", envInt("FAULT_TRIALS", 3), "trials per scenario (env FAULT_TRIALS)")
+	flag.IntVar(&s.trials, "trials", envInt("FAULT_TRIALS", 5), "trials per scenario (env FAULT_TRIALS)")
 	flag.DurationVar(&s.timeout, "timeout", 3*time.Second, "RMAGO_TIMEOUT of the ranks")
 	flag.DurationVar(&s.slack, "slack", 2*time.Second, "the bound on a survivor's error is -timeout plus this")
 	flag.DurationVar(&s.margin, "margin", 3*time.Second, "a rank still running this long after the bound plus one more timeout hung")
 	flag.StringVar(&sizes, "sizes", "2,3,4,5,6,7,8", "job sizes; trials rotate through them")
 	flag.StringVar(&faultList, "faults", "all", "faults to run, comma-separated, or all")
 	flag.StringVar(&modeList, "modes", "all", "modes to run, comma-separated, or all")
-	flag.IntVar(&s.parallel, "parallel", envInt("FAULT_PARALLEL", 2), "trials run at once (env FAULT_PARALLEL)")
+	flag.IntVar(&s.parallel, "parallel", envInt("FAULT_PARALLEL", 3), "trials run at once (env FAULT_PARALLEL)")
 	flag.IntVar(&s.words, "words", 512, "8-byte words each rank puts to each rank per epoch")
 	flag.IntVar(&s.stopReadWords, "stopread-words", 128<<10, "words per put with the stopread fault (large puts fill socket buffers)")
 	flag.IntVar(&s.burst, "burst", 32, "stopread: puts per epoch to the faulty rank from the fault on")

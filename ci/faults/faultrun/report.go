@@ -105,6 +105,18 @@ func summary(s *settings, ts []*tally, wall time.Duration) string {
 		"after every rank was waited for. Corrupt bytes: bytes of the windows and read-backs that differ from what was "+
 		"written (every epoch's data, the last complete epoch of every origin after the fault, and the guard words).\n\n",
 		s.bound(), s.slack, s.bound(), s.exitBound())
+	b.WriteString("Faults (ci/faults/faults.go): **kill9** SIGKILL of one rank; **stop** SIGSTOP, never continued; " +
+		"**stopcont** SIGSTOP, SIGCONT after RMAGO_TIMEOUT + 1s (the resumed rank must end too); **close** the rank calls " +
+		"World.Close in the middle of the job; **stopread** the rank stops reading its sockets (taken out of the Go " +
+		"netpoller) and stops calling the library while alive, and its peers put " + bytesStr(int64(s.burst)*int64(s.stopReadWords)*8) + " per epoch to it, so that " +
+		"their writes fill the socket buffers; **pause** SIGSTOP for RMAGO_TIMEOUT/3, then SIGCONT (no error allowed); " +
+		"**boot-silent**, **boot-garbage** three connections to the rendezvous port, silent or sending random bytes, " +
+		"opened before the other ranks start. Modes: **fence**, **pscw** (every rank posts to and starts every other), " +
+		"**lock** (exclusive lock of each target in turn, put, flush, read back, unlock), **lockall** (lock_all, a put to " +
+		"and a read-back from every rank, unlock_all). The faulty rank, its fault epoch and the signal's delay are random. " +
+		"A survivor that got its error waits until every survivor has reported before it calls Close (so that its " +
+		"leaving is not what the others see first); a hung rank is made to dump its goroutines (SIGQUIT), and the " +
+		"failures below say where its main goroutine was.\n\n")
 	b.WriteString("| scenario | trials | ranks | survivors | right | hangs | orphans | corrupt bytes | checked | error after (median / max) | survivors' errors | verdict |\n")
 	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|\n")
 	var all tally

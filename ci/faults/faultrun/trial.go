@@ -97,6 +97,8 @@ type trial struct {
 	setup   string
 }
 
+// runTrial runs one trial: it starts the job, makes the fault, runs the job
+// to its end (boundedly), looks for orphans and judges every rank.
 func runTrial(s *settings, sp spec) result {
 	start := time.Now()
 	t := &trial{s: s, sp: sp, notify: make(chan struct{}, 1)}
