@@ -10,6 +10,15 @@ import (
 	"github.com/rmago/rmago/ci/faults"
 )
 
+// Verdicts that the report treats apart.
+const (
+	whySetup         = "trial failed before the fault"
+	whyNoErrorInTime = "no error by the deadline" // and hung
+	whyNotDone       = "not done by the deadline" // and hung
+	whyCorrupt       = "corrupt data"
+	whyRace          = "data race"
+)
+
 // judge decides what rank p of the trial came to.
 func (t *trial) judge(p *proc) rankResult {
 	sp, f := t.sp, t.sp.scen.fault
@@ -24,7 +33,9 @@ func (t *trial) judge(p *proc) rankResult {
 		}
 	}
 	out := p.output()
-	rr.race = strings.Contains(out, "WARNING: DATA RACE")
+	if i := strings.Index(out, "WARNING: DATA RACE"); i >= 0 {
+		rr.race, rr.raceSite = true, frames(out[i:], 3)
+	}
 	ev, erred := p.event(faults.EvError)
 	if erred {
 		rr.class = ev.Class
@@ -76,10 +87,22 @@ func hangSite(out string) string {
 	if a, b := strings.IndexByte(lines[0], '['), strings.IndexByte(lines[0], ']'); a >= 0 && b > a {
 		state = lines[0][a : b+1]
 	}
+	f := frames(strings.Join(lines[1:], "\n"), 4)
+	if f == "" {
+		f = "outside rmago"
+	}
+	return strings.TrimSpace(state + " " + f)
+}
+
+// frames returns the first n frames of the rmago library (not of the
+// suite) in a Go traceback, innermost first, the first with its file and
+// line: "transport.(*Fabric).waitUntil (fabric.go:770) < ...".
+func frames(trace string, n int) string {
 	const mod = "github.com/rmago/rmago/"
-	var frames []string
-	for k := 1; k < len(lines) && len(frames) < 4; k++ {
-		l := lines[k]
+	lines := strings.Split(trace, "\n")
+	var out []string
+	for k := 0; k < len(lines) && len(out) < n; k++ {
+		l := strings.TrimSpace(lines[k])
 		if !strings.HasPrefix(l, mod) || strings.HasPrefix(l, mod+"ci/") {
 			continue
 		}
@@ -87,19 +110,16 @@ func hangSite(out string) string {
 		if p := strings.LastIndexByte(f, '('); p > 0 {
 			f = f[:p]
 		}
-		if len(frames) == 0 && k+1 < len(lines) {
+		if len(out) == 0 && k+1 < len(lines) {
 			loc := strings.TrimSpace(lines[k+1])
 			if sp := strings.IndexByte(loc, ' '); sp > 0 {
 				loc = loc[:sp]
 			}
 			f += " (" + filepath.Base(loc) + ")"
 		}
-		frames = append(frames, f)
+		out = append(out, f)
 	}
-	if len(frames) == 0 {
-		return state + " outside rmago"
-	}
-	return strings.TrimSpace(state + " " + strings.Join(frames, " < "))
+	return strings.Join(out, " < ")
 }
 
 // verdict returns why survivor p did not come to the right end ("" if it
@@ -107,7 +127,7 @@ func hangSite(out string) string {
 func (t *trial) verdict(p *proc, ev faults.Event, erred bool) (string, string) {
 	f, bound := t.sp.scen.fault, t.s.bound()
 	if t.setup != "" {
-		return "trial failed before the fault", t.setup
+		return whySetup, t.setup
 	}
 	if !f.KillsARank() {
 		// The job must finish as if nothing happened.
@@ -115,7 +135,7 @@ func (t *trial) verdict(p *proc, ev faults.Event, erred bool) (string, string) {
 		case erred:
 			return "error (" + string(ev.Class) + ")", ev.Err
 		case p.killed:
-			return "not done by the deadline", ""
+			return whyNotDone, ""
 		}
 		if _, ok := p.event(faults.EvDone); !ok {
 			return "no outcome (" + p.exit() + ")", lastWords(p)
@@ -138,7 +158,7 @@ func (t *trial) verdict(p *proc, ev faults.Event, erred bool) (string, string) {
 			return "no error", "finished every epoch"
 		}
 		if p.killed {
-			return "no error by the deadline", ""
+			return whyNoErrorInTime, ""
 		}
 		return "no outcome (" + p.exit() + ")", lastWords(p)
 	}

@@ -25,7 +25,7 @@ type tally struct {
 	corrupt, checked      int64
 	classes               map[faults.Class]int // survivors' first errors
 	why                   map[string]int       // why survivors were not right, and hangs
-	samples               []string             // a few of the messages behind
+	samples               map[string]string    // by why: the first message behind it
 	times                 []time.Duration      // right survivors' time to error
 }
 
@@ -40,10 +40,15 @@ func (t *tally) add(r *result) {
 	}
 	t.orphans += r.orphans
 	if t.classes == nil {
-		t.classes, t.why = map[faults.Class]int{}, map[string]int{}
+		t.classes, t.why, t.samples = map[faults.Class]int{}, map[string]int{}, map[string]string{}
 	}
-	if r.setup != "" && len(t.samples) < 3 {
-		t.samples = append(t.samples, fmt.Sprintf("%s: %s", r.spec, oneLine(r.setup, 300)))
+	sample := func(why, msg string) {
+		if _, ok := t.samples[why]; !ok {
+			t.samples[why] = msg
+		}
+	}
+	if r.setup != "" {
+		sample(whySetup, fmt.Sprintf("%s: %s", r.spec, oneLine(r.setup, 300)))
 	}
 	for _, rr := range r.ranks {
 		t.corrupt += rr.corrupt
@@ -51,12 +56,14 @@ func (t *tally) add(r *result) {
 		if rr.hung {
 			t.hangs++
 			t.why[rr.hangWhy]++
-			if len(t.samples) < 3 {
-				t.samples = append(t.samples, fmt.Sprintf("%s, rank %d: %s in %s", r.spec, rr.rank, rr.hangWhy, cmpOr(rr.hangSite, "?")))
-			}
+			sample(rr.hangWhy, fmt.Sprintf("%s, rank %d: %s in %s", r.spec, rr.rank, rr.hangWhy, cmpOr(rr.hangSite, "?")))
 		}
 		if rr.race {
 			t.races++
+			sample(whyRace, fmt.Sprintf("%s, rank %d: data race in %s", r.spec, rr.rank, cmpOr(rr.raceSite, "?")))
+		}
+		if rr.corrupt != 0 {
+			sample(whyCorrupt, fmt.Sprintf("%s, rank %d: %d corrupt bytes, first: %s", r.spec, rr.rank, rr.corrupt, oneLine(rr.detail, 300)))
 		}
 		if !rr.survivor {
 			continue
@@ -72,10 +79,11 @@ func (t *tally) add(r *result) {
 			}
 			continue
 		}
-		t.why[rr.why]++
-		if len(t.samples) < 3 && rr.detail != "" {
-			t.samples = append(t.samples, fmt.Sprintf("%s, rank %d: %s: %s", r.spec, rr.rank, rr.why, oneLine(rr.detail, 300)))
+		if rr.hung && (rr.why == whyNoErrorInTime || rr.why == whyNotDone) {
+			continue // counted as a hang
 		}
+		t.why[rr.why]++
+		sample(rr.why, fmt.Sprintf("%s, rank %d: %s: %s", r.spec, rr.rank, rr.why, oneLine(rr.detail, 300)))
 	}
 }
 
@@ -160,13 +168,31 @@ func summary(s *settings, ts []*tally, wall time.Duration) string {
 	if len(failed) > 0 {
 		b.WriteString("### Failures\n\n")
 		for _, t := range failed {
+			order := slices.SortedFunc(maps.Keys(t.why), func(a, c string) int {
+				return cmp.Or(cmp.Compare(t.why[c], t.why[a]), cmp.Compare(a, c))
+			})
 			var whys []string
-			for _, w := range slices.SortedFunc(maps.Keys(t.why), func(a, c string) int { return cmp.Compare(t.why[c], t.why[a]) }) {
+			for _, w := range order {
 				whys = append(whys, fmt.Sprintf("%d× %s", t.why[w], w))
 			}
-			fmt.Fprintf(&b, "- **%s**: %s\n", t.scen, cmpOr(strings.Join(whys, ", "), "see hangs, orphans, corruption"))
-			for _, sm := range t.samples {
-				fmt.Fprintf(&b, "  - `%s`\n", strings.ReplaceAll(sm, "`", "'"))
+			if t.setupFails > 0 {
+				whys = append(whys, fmt.Sprintf("%d trials failed before the fault", t.setupFails))
+			}
+			if t.orphans > 0 {
+				whys = append(whys, fmt.Sprintf("%d orphans", t.orphans))
+			}
+			if t.corrupt > 0 {
+				whys = append(whys, fmt.Sprintf("%d corrupt bytes", t.corrupt))
+			}
+			if t.races > 0 {
+				whys = append(whys, fmt.Sprintf("%d ranks reported data races", t.races))
+			}
+			fmt.Fprintf(&b, "- **%s**: %s\n", t.scen, strings.Join(whys, ", "))
+			for _, w := range append(order, whySetup, whyCorrupt, whyRace) {
+				if sm, ok := t.samples[w]; ok {
+					fmt.Fprintf(&b, "  - `%s`\n", strings.ReplaceAll(sm, "`", "'"))
+					delete(t.samples, w)
+				}
 			}
 		}
 		b.WriteString("\n")

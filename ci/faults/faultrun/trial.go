@@ -49,6 +49,7 @@ type rankResult struct {
 	corrupt  int64
 	checked  int64
 	race     bool
+	raceSite string // the race report's first frames
 }
 
 // result is the outcome of a trial.
