@@ -86,6 +86,7 @@ func window(l Layout, me, last int) []uint64 {
 		for o := range l.N {
 			s := l.Slot(Buffer(e), o)
 			Fill(w[s:s+l.K], o, me, e)
+			w[l.Counter(o)]++
 		}
 	}
 	return w
@@ -95,7 +96,7 @@ func TestExactChecks(t *testing.T) {
 	l := Layout{N: 3, K: 16}
 	const me, last = 1, 9
 	w := window(l, me, last)
-	if c := l.ExactFinal(w, me, last); c.Corrupt != 0 || c.Checked != int64(2*l.N*(l.K+Guard)*8) {
+	if c := l.ExactFinal(w, me, last); c.Corrupt != 0 || c.Checked != int64((2*l.N*(l.K+Guard)+l.N)*8) {
 		t.Fatalf("clean window: %+v", c)
 	}
 	if c := l.ExactEpoch(w, me, last, []int{0, 1, 2}); c.Corrupt != 0 {
@@ -111,9 +112,28 @@ func TestExactChecks(t *testing.T) {
 	w[s] ^= 0x0000_0100_0000_0001
 	// A guard overwritten (a write past a slot's end) is corrupt.
 	g := l.Slot(0, 1) + l.K + 1
+	saved := w[g]
 	w[g] = 0
 	if c := l.ExactFinal(w, me, last); c.Corrupt == 0 {
 		t.Fatal("overwritten guard not seen")
+	}
+	w[g] = saved
+	// Counters: after epoch last, each has counted it (and, with a peer
+	// in the next epoch already, maybe that one too).
+	w[l.Counter(2)]++
+	if c := l.ExactEpoch(w, me, last, []int{0, 1, 2}); c.Corrupt != 0 {
+		t.Fatalf("a counter one epoch ahead: %+v", c)
+	}
+	if c := l.ExactFinal(w, me, last); c.Corrupt != 1 {
+		t.Fatalf("a counter one too many at the end: %+v", c)
+	}
+	w[l.Counter(2)] -= 2
+	if c := l.ExactEpoch(w, me, last, []int{0, 1, 2}); c.Corrupt != 1 {
+		t.Fatalf("a counter one behind: %+v", c)
+	}
+	w[l.Counter(2)]++
+	if Count(FirstEpoch-1) != 0 || Count(FirstEpoch) != 1 || Count(last) != uint64(last-FirstEpoch+1) {
+		t.Fatal("Count")
 	}
 	// Exact compares what was read back.
 	back := make([]uint64, l.K)
@@ -205,6 +225,11 @@ func TestAfterFault(t *testing.T) {
 	Fill(w[s:s+l.K], 3, me, last-2)
 	check("origin behind a completed epoch", w, last, true)
 	check("origin behind, passive target", w, -1, false)
+	// Likewise a counter behind the completed epoch.
+	w = clean()
+	w[l.Counter(faulty)]--
+	check("counter behind a completed epoch", w, last, true)
+	check("counter behind, passive target", w, -1, false)
 
 	// A fault before any epoch completed: the initial contents.
 	w = make([]uint64, l.Len())

@@ -12,6 +12,11 @@ import "fmt"
 // A word that does not decode to its own slot and place is corrupt; a word
 // of the wrong epoch is a lost or misplaced write. Epochs 0 and 1 are the
 // initial contents of buffers 0 and 1; the ranks' epochs start at 2.
+//
+// After the buffers come N counters, one per origin: in every epoch each
+// origin adds 1 to its counter at every target with a remote fetch-and-add
+// (the atomic path), so the old value it gets back is the number of its
+// earlier epochs, exactly.
 type Layout struct {
 	N int // ranks
 	K int // data words per slot
@@ -34,7 +39,14 @@ const (
 )
 
 // Len is the window's length in words.
-func (l Layout) Len() int { return 2 * l.N * (l.K + Guard) }
+func (l Layout) Len() int { return 2*l.N*(l.K+Guard) + l.N }
+
+// Counter is the offset, in words, of origin's counter.
+func (l Layout) Counter(origin int) int { return 2*l.N*(l.K+Guard) + origin }
+
+// Count is the value of an origin's counter at a target once the origin's
+// epochs up to e have been counted there (before the first: 0).
+func Count(e int) uint64 { return uint64(max(e-FirstEpoch+1, 0)) }
 
 // Slot is the offset, in words, of origin's slot in buffer b (0 or 1).
 func (l Layout) Slot(b, origin int) int { return (b*l.N + origin) * (l.K + Guard) }
@@ -70,6 +82,9 @@ func (l Layout) Init(win []uint64, me int) {
 			}
 		}
 	}
+	for o := range l.N {
+		win[l.Counter(o)] = 0
+	}
 }
 
 // Check is the result of verifying data: bytes checked, bytes wrong, and a
@@ -86,6 +101,11 @@ func (c *Check) Add(c2 Check) {
 	if c.First == "" {
 		c.First = c2.First
 	}
+}
+
+// Word compares one word with what it should be; where describes it.
+func (c *Check) Word(got, want uint64, where string) {
+	c.word(got, want, func() string { return where })
 }
 
 // word compares one word with what it should be.
@@ -119,7 +139,9 @@ func Exact(data []uint64, origin, target, e int, what string) Check {
 }
 
 // ExactEpoch checks rank me's buffer of epoch e: every slot of an origin in
-// from holds exactly epoch e's data, and every guard is intact.
+// from holds exactly epoch e's data, every guard is intact, and every
+// counter has counted epoch e (and no more than the next: a peer may be in
+// it already).
 func (l Layout) ExactEpoch(win []uint64, me, e int, from []int) Check {
 	var c Check
 	for _, o := range from {
@@ -127,12 +149,13 @@ func (l Layout) ExactEpoch(win []uint64, me, e int, from []int) Check {
 		c.Add(Exact(win[s:s+l.K], o, me, e, "window"))
 	}
 	c.Add(l.guards(win, me))
+	c.Add(l.counters(win, e, e+1))
 	return c
 }
 
 // ExactFinal checks rank me's whole window after a job that ran epochs
 // FirstEpoch..last without a fault: each buffer holds the last epoch that
-// wrote it, from every origin.
+// wrote it, from every origin, and every counter counted every epoch.
 func (l Layout) ExactFinal(win []uint64, me, last int) Check {
 	var c Check
 	for e := max(last-1, 0); e <= last; e++ {
@@ -142,6 +165,23 @@ func (l Layout) ExactFinal(win []uint64, me, last int) Check {
 		}
 	}
 	c.Add(l.guards(win, me))
+	c.Add(l.counters(win, last, last))
+	return c
+}
+
+// counters checks that every origin's counter has counted its epochs up to
+// lo at least, and up to hi at most.
+func (l Layout) counters(win []uint64, lo, hi int) Check {
+	var c Check
+	for o := range l.N {
+		v, want := win[l.Counter(o)], Count(lo)
+		if v > want && v <= Count(hi) {
+			want = v
+		}
+		c.word(v, want, func() string {
+			return fmt.Sprintf("origin %d's counter (epochs %d to %d)", o, lo, hi)
+		})
+	}
 	return c
 }
 
@@ -217,6 +257,12 @@ func (l Layout) AfterFault(win []uint64, me, faulty, completed int) Check {
 		}
 	}
 	c.Add(l.guards(win, me))
+	if completed >= FirstEpoch {
+		// Every origin's increments up to the completed epoch arrived; a
+		// live one may be a little ahead (its epochs are bounded only by
+		// the encoding), the faulty one too.
+		c.Add(l.counters(win, completed, MaxEpochs))
+	}
 	return c
 }
 

@@ -16,9 +16,11 @@ type job struct {
 	win    *rma.Window[uint64]
 	layout faults.Layout
 	me, n  int
-	others []int      // every rank but this one, in order
-	src    [][]uint64 // by target: what this rank writes there this epoch
-	back   [][]uint64 // by target: what it read back (lock modes)
+	others []int        // every rank but this one, in order
+	all    []int        // every rank
+	src    [][]uint64   // by target: what this rank writes there this epoch
+	back   [][]uint64   // by target: what it read back (lock modes)
+	ck     faults.Check // this epoch's checks of fetch-and-add results
 }
 
 // newJob allocates the window, writes its initial contents and
@@ -32,6 +34,7 @@ func newJob(w *rma.World, c config) (*job, error) {
 	}
 	j.layout.Init(j.win.Local(), j.me)
 	for r := range j.n {
+		j.all = append(j.all, r)
 		if r != j.me {
 			j.others = append(j.others, r)
 		}
@@ -54,8 +57,10 @@ func newJob(w *rma.World, c config) (*job, error) {
 // the same target.
 func (j *job) target(k int) int { return (j.me + 1 + k) % j.n }
 
-// put writes this rank's epoch-e data to target's slot: once, or -burst
-// times to the faulty rank from the fault epoch on.
+// put writes this rank's epoch-e data to target's slot (once, or -burst
+// times to the faulty rank from the fault epoch on), then counts the epoch
+// in its counter there with a fetch-and-add, whose old value must be the
+// number of its earlier epochs (a mismatch goes to j.ck).
 func (j *job) put(t, e int) error {
 	faults.Fill(j.src[t], j.me, t, e)
 	reps := 1
@@ -67,6 +72,15 @@ func (j *job) put(t, e int) error {
 			return fmt.Errorf("Put: %w", err)
 		}
 	}
+	old, err := j.win.FetchAndOp(1, t, j.layout.Counter(j.me), rma.Sum)
+	if err != nil {
+		return fmt.Errorf("FetchAndOp: %w", err)
+	}
+	if want := faults.Count(e - 1); old != want || j.ck.First == "" {
+		j.ck.Word(old, want, fmt.Sprintf("fetch-and-add on this rank's counter at rank %d in epoch %d", t, e))
+	} else {
+		j.ck.Checked += 8
+	}
 	return nil
 }
 
@@ -74,6 +88,7 @@ func (j *job) put(t, e int) error {
 // (active target modes) or what this rank wrote, read back from each
 // target (passive target modes).
 func (j *job) epoch(e int) (faults.Check, error) {
+	j.ck = faults.Check{}
 	var c faults.Check
 	var err error
 	switch j.c.mode {
@@ -82,18 +97,19 @@ func (j *job) epoch(e int) (faults.Check, error) {
 	case faults.PSCW:
 		err = j.pscwEpoch(e)
 	case faults.Lock:
-		return j.lockEpoch(e)
+		c, err = j.lockEpoch(e)
 	case faults.LockAll:
-		return j.lockAllEpoch(e)
+		c, err = j.lockAllEpoch(e)
 	}
+	c.Add(j.ck)
 	if err != nil {
 		return c, fmt.Errorf("epoch %d: %w", e, err)
 	}
-	all := make([]int, j.n)
-	for r := range all {
-		all[r] = r
+	if j.c.mode == faults.Lock || j.c.mode == faults.LockAll {
+		return c, nil
 	}
-	return j.layout.ExactEpoch(j.win.Local(), j.me, e, all), nil
+	c.Add(j.layout.ExactEpoch(j.win.Local(), j.me, e, j.all))
+	return c, nil
 }
 
 func (j *job) fenceEpoch(e int) error {
@@ -125,8 +141,13 @@ func (j *job) pscwEpoch(e int) error {
 	if err := j.win.Complete(); err != nil {
 		return fmt.Errorf("Complete: %w", err)
 	}
+	// This rank's own slot and counter, which no other rank touches.
+	local := j.win.Local()
 	s := j.layout.Slot(faults.Buffer(e), j.me)
-	faults.Fill(j.win.Local()[s:s+j.c.words], j.me, j.me, e)
+	faults.Fill(local[s:s+j.c.words], j.me, j.me, e)
+	old := local[j.layout.Counter(j.me)]
+	j.ck.Word(old, faults.Count(e-1), fmt.Sprintf("this rank's own counter in epoch %d", e))
+	local[j.layout.Counter(j.me)] = old + 1
 	if err := j.win.Wait(); err != nil {
 		return fmt.Errorf("Wait: %w", err)
 	}
@@ -141,7 +162,7 @@ func (j *job) lockEpoch(e int) (faults.Check, error) {
 	for k := range j.n {
 		t := j.target(k)
 		if err := j.win.Lock(t, rma.Exclusive, 0); err != nil {
-			return c, fmt.Errorf("epoch %d: Lock: %w", e, err)
+			return c, fmt.Errorf("Lock: %w", err)
 		}
 		err := j.put(t, e)
 		if err == nil {
@@ -158,7 +179,7 @@ func (j *job) lockEpoch(e int) (faults.Check, error) {
 			err = fmt.Errorf("Unlock: %w", uerr)
 		}
 		if err != nil {
-			return c, fmt.Errorf("epoch %d: %w", e, err)
+			return c, err
 		}
 		c.Add(faults.Exact(j.back[t], j.me, t, e, "read back"))
 	}
@@ -171,7 +192,7 @@ func (j *job) lockAllEpoch(e int) (faults.Check, error) {
 	var c faults.Check
 	slot := j.layout.Slot(faults.Buffer(e), j.me)
 	if err := j.win.LockAll(0); err != nil {
-		return c, fmt.Errorf("epoch %d: LockAll: %w", e, err)
+		return c, fmt.Errorf("LockAll: %w", err)
 	}
 	var err error
 	for k := 0; k < j.n && err == nil; k++ {
@@ -192,7 +213,7 @@ func (j *job) lockAllEpoch(e int) (faults.Check, error) {
 		err = fmt.Errorf("UnlockAll: %w", uerr)
 	}
 	if err != nil {
-		return c, fmt.Errorf("epoch %d: %w", e, err)
+		return c, err
 	}
 	for t := range j.n {
 		c.Add(faults.Exact(j.back[t], j.me, t, e, "read back"))

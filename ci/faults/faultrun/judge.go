@@ -27,10 +27,7 @@ func (t *trial) judge(p *proc) rankResult {
 	rr.hung = p.killed
 	p.mu.Unlock()
 	if v, ok := p.event(faults.EvVerify); ok {
-		rr.corrupt, rr.checked = v.Corrupt, v.Checked
-		if v.Corrupt != 0 && rr.detail == "" {
-			rr.detail = v.First
-		}
+		rr.corrupt, rr.checked, rr.corrupt1 = v.Corrupt, v.Checked, v.First
 	}
 	out := p.output()
 	if i := strings.Index(out, "WARNING: DATA RACE"); i >= 0 {
@@ -236,7 +233,7 @@ func (t *trial) describe(r *result) string {
 			}
 		}
 		if rr.corrupt != 0 {
-			what += fmt.Sprintf(", %d corrupt bytes", rr.corrupt)
+			what += fmt.Sprintf(", %d corrupt bytes (first: %s)", rr.corrupt, oneLine(rr.corrupt1, 200))
 		}
 		if rr.race {
 			what += ", DATA RACE"

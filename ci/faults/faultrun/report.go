@@ -63,7 +63,7 @@ func (t *tally) add(r *result) {
 			sample(whyRace, fmt.Sprintf("%s, rank %d: data race in %s", r.spec, rr.rank, cmpOr(rr.raceSite, "?")))
 		}
 		if rr.corrupt != 0 {
-			sample(whyCorrupt, fmt.Sprintf("%s, rank %d: %d corrupt bytes, first: %s", r.spec, rr.rank, rr.corrupt, oneLine(rr.detail, 300)))
+			sample(whyCorrupt, fmt.Sprintf("%s, rank %d: %d corrupt bytes, first: %s", r.spec, rr.rank, rr.corrupt, oneLine(rr.corrupt1, 300)))
 		}
 		if !rr.survivor {
 			continue
@@ -79,8 +79,8 @@ func (t *tally) add(r *result) {
 			}
 			continue
 		}
-		if rr.hung && (rr.why == whyNoErrorInTime || rr.why == whyNotDone) {
-			continue // counted as a hang
+		if rr.hung && (rr.why == whyNoErrorInTime || rr.why == whyNotDone) || rr.why == whySetup {
+			continue // counted as a hang, or as a trial that failed
 		}
 		t.why[rr.why]++
 		sample(rr.why, fmt.Sprintf("%s, rank %d: %s: %s", r.spec, rr.rank, rr.why, oneLine(rr.detail, 300)))

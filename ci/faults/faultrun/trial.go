@@ -47,6 +47,7 @@ type rankResult struct {
 	hangWhy  string        // then: at what stage
 	hangSite string        // and where its main goroutine was
 	corrupt  int64
+	corrupt1 string // the first wrong word
 	checked  int64
 	race     bool
 	raceSite string // the race report's first frames
@@ -234,8 +235,12 @@ func (t *trial) inject() {
 		if point, ok = d.event(faults.EvFault); ok {
 			return true
 		}
-		// A rank that ended before the fault makes the trial moot.
-		return slices.ContainsFunc(t.procs, (*proc).exited)
+		// A rank that failed or ended before the fault makes the trial
+		// moot.
+		return slices.ContainsFunc(t.procs, func(p *proc) bool {
+			_, erred := p.event(faults.EvError)
+			return erred || p.exited()
+		})
 	})
 	if !reached || point.Kind == "" {
 		t.setup = "no fault point: " + t.early()
@@ -261,9 +266,9 @@ func (t *trial) inject() {
 func (t *trial) early() string {
 	var parts []string
 	for _, p := range t.procs {
-		if x := p.exit(); x != "" {
-			e, _ := p.event(faults.EvError)
-			parts = append(parts, fmt.Sprintf("rank %d %s %s", p.rank, x, e.Err))
+		e, erred := p.event(faults.EvError)
+		if x := p.exit(); x != "" || erred {
+			parts = append(parts, strings.TrimSpace(fmt.Sprintf("rank %d %s %s", p.rank, cmpOr(x, "failed:"), e.Err)))
 		}
 	}
 	if len(parts) == 0 {
