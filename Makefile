@@ -48,7 +48,8 @@ test-rdma:
 # Fault injection (ci/faults): FAULT_TRIALS trials per scenario (fault x
 # epoch mode), FAULT_PARALLEL trials at once; FAULT_SEED replays a plan;
 # FAULT_RACE=1 builds the ranks with -race; FAULTFLAGS adds faultrun flags
-# (e.g. -faults kill9,stop -modes fence -v). 4-8 minutes on 2 cores.
+# (e.g. -faults kill9,stop -modes fence -v). 4-8 minutes on 2 cores. The
+# details of every trial (goroutine dumps of hung ranks) go to $(BIN)/fault-logs.
 FAULT_TRIALS   ?= 5
 FAULT_PARALLEL ?= 3
 FAULT_RACE     ?=
@@ -57,7 +58,8 @@ FAULTFLAGS     ?=
 test-faults:
 	$(GO) build $(if $(FAULT_RACE),-race) -o $(BIN)/faultrank ./ci/faults/faultrank
 	$(GO) build -o $(BIN)/faultrun ./ci/faults/faultrun
-	$(BIN)/faultrun -rank $(BIN)/faultrank -trials $(FAULT_TRIALS) -parallel $(FAULT_PARALLEL) -out docs/reliability.md $(FAULTFLAGS)
+	rm -rf $(BIN)/fault-logs
+	$(BIN)/faultrun -rank $(BIN)/faultrank -trials $(FAULT_TRIALS) -parallel $(FAULT_PARALLEL) -out docs/reliability.md -log $(BIN)/fault-logs $(FAULTFLAGS)
 
 clean:
 	rm -rf $(BIN)

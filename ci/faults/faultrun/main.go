@@ -117,7 +117,7 @@ func run() int {
 	flag.IntVar(&s.burst, "burst", 32, "stopread: puts per epoch to the faulty rank from the fault on")
 	seed := flag.Uint64("seed", uint64(envInt("FAULT_SEED", 0)), "random seed of the plan (0: from the clock; env FAULT_SEED)")
 	flag.StringVar(&s.out, "out", "", "Markdown file whose fault-suite section to (re)write, e.g. docs/reliability.md")
-	flag.StringVar(&s.logDir, "log", "", "directory for the details of every trial")
+	flag.StringVar(&s.logDir, "log", "", "directory for the details of every trial (with the whole output, and goroutine dumps, of the ranks that went wrong)")
 	flag.BoolVar(&s.verbose, "v", false, "print every rank's events for every trial (failed trials always show the ranks that went wrong)")
 	flag.Parse()
 
@@ -169,6 +169,9 @@ func run() int {
 			return 1
 		}
 		fmt.Println("faultrun: wrote", s.out)
+	}
+	if s.logDir != "" {
+		fmt.Println("faultrun: the details of every trial are in", s.logDir)
 	}
 	for _, t := range tallies {
 		if !t.ok() {
@@ -257,7 +260,7 @@ func runPlan(s *settings, plan []spec) []*tally {
 				fmt.Print(r.log)
 				if s.logDir != "" {
 					name := strings.NewReplacer("/", "-", " ", "_", "#", "").Replace(sp.String()) + ".log"
-					os.WriteFile(filepath.Join(s.logDir, name), []byte(r.log), 0o644)
+					os.WriteFile(filepath.Join(s.logDir, name), []byte(r.log+"\n"+strings.Join(r.outputs, "\n")), 0o644)
 				}
 				mu.Unlock()
 			}

@@ -60,7 +60,8 @@ type result struct {
 	orphans int
 	setup   string // the trial went wrong before the fault could be made
 	wall    time.Duration
-	log     string // details, for failed trials
+	log     string   // details, for failed trials
+	outputs []string // for -log: what the ranks that went wrong printed (goroutine dumps of hung ones)
 }
 
 func (r *result) survivors() (n, right, hangs int, corrupt int64) {
@@ -121,7 +122,11 @@ func runTrial(s *settings, sp spec) result {
 	// an orphan.
 	r.orphans = reapOrphans(t.marker)
 	for _, p := range t.procs {
-		r.ranks = append(r.ranks, t.judge(p))
+		rr := t.judge(p)
+		r.ranks = append(r.ranks, rr)
+		if rr.hung || rr.race || !rr.right && rr.survivor {
+			r.outputs = append(r.outputs, fmt.Sprintf("=== rank %d (%s)\n%s\n", p.rank, cmpOr(p.exit(), "running"), t.timeline(p)+"\n"+p.output()))
+		}
 	}
 	r.wall = time.Since(start)
 	r.log = t.describe(&r)
