@@ -3,6 +3,9 @@
 #   make test       gofmt, go vet, the race-enabled test suite, a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
 #   make test-cluster  jobs across 3 network-namespace hosts under srun, Hydra mpiexec and rmarun -H (root)
+#   make test-faults  fault injection (kill -9, SIGSTOP/SIGCONT, early Close, a peer that
+#                   stops reading, hostile bootstrap connections) on jobs of 2-8 ranks;
+#                   writes docs/reliability.md; FAULT_TRIALS=N trials per scenario
 #   make compare    rmago beside Open MPI and MPICH (TCP and shared memory), writes docs/benchmarks.md
 #   make plot       PLOTJSON='a.json b.json' [PLOTOUT=out.svg] [PLOTFLAGS=...]: latency/bandwidth plots
 GO       ?= go
@@ -15,7 +18,7 @@ FUZZTIME ?= 300000x
 RANKS    ?= 2
 PPFLAGS  ?=
 
-.PHONY: all build run test vet fmt-check fuzz test-rdma test-cluster clean
+.PHONY: all build run test vet fmt-check fuzz test-rdma test-cluster test-faults clean
 
 all: build
 
@@ -45,6 +48,22 @@ test-rdma:
 
 test-cluster:
 	GO=$(GO) ci/cluster/test-cluster.sh
+
+# Fault injection (ci/faults): FAULT_TRIALS trials per scenario (fault x
+# epoch mode), FAULT_PARALLEL trials at once; FAULT_SEED replays a plan;
+# FAULT_RACE=1 builds the ranks with -race; FAULTFLAGS adds faultrun flags
+# (e.g. -faults kill9,stop -modes fence -v). 4-8 minutes on 2 cores. The
+# details of every trial (goroutine dumps of hung ranks) go to $(BIN)/fault-logs.
+FAULT_TRIALS   ?= 5
+FAULT_PARALLEL ?= 3
+FAULT_RACE     ?=
+FAULTFLAGS     ?=
+
+test-faults:
+	$(GO) build $(if $(FAULT_RACE),-race) -o $(BIN)/faultrank ./ci/faults/faultrank
+	$(GO) build -o $(BIN)/faultrun ./ci/faults/faultrun
+	rm -rf $(BIN)/fault-logs
+	$(BIN)/faultrun -rank $(BIN)/faultrank -trials $(FAULT_TRIALS) -parallel $(FAULT_PARALLEL) -out docs/reliability.md -log $(BIN)/fault-logs $(FAULTFLAGS)
 
 clean:
 	rm -rf $(BIN)
