@@ -60,7 +60,7 @@ type rxStream struct {
 	r, w  int
 	peek  [1]byte
 	ready func(uintptr) bool // readableFn, bound once (no allocation per wait)
-	dl    bool               // a read deadline is set (a frame waited for its rest)
+	dl    bool               // a read deadline is set (a frame waited for its rest, or handOver)
 }
 
 func newRxStream(q *qp, conn net.Conn) (*rxStream, error) {
@@ -167,8 +167,21 @@ func (s *rxStream) await(empty *int) error {
 	if t := s.q.ctx.timeout; t > 0 {
 		s.conn.SetReadDeadline(time.Now().Add(t))
 		s.dl = true
+	} else {
+		s.clearDeadline() // handOver's
 	}
 	return s.waitReadable()
+}
+
+// handOver wakes the reader goroutine (with a deadline in the past) to
+// take the frame a waiting goroutine found incomplete and left: the reader
+// runs it as soon as it is whole, and notices a peer that stopped sending
+// it. rxMu held.
+func (s *rxStream) handOver() {
+	if !s.dl {
+		s.conn.SetReadDeadline(time.Unix(1, 0))
+		s.dl = true
+	}
 }
 
 // clearDeadline removes the read deadline a frame set, before the reader
@@ -304,7 +317,11 @@ func (q *qp) drain(waiter bool) (int, bool) {
 			q.fail(verbs.StatusTransport, q.lost(err))
 			return n, false
 		}
-		if !more || waiter && !q.rx.frameReady() {
+		if !more {
+			return n, true
+		}
+		if waiter && !q.rx.frameReady() {
+			q.rx.handOver()
 			return n, true
 		}
 		if !q.step(q.rx) {

@@ -17,6 +17,7 @@ var secret = []byte("test secret of the job")
 // side is one end of a connected pair: its own context, region and queues.
 type side struct {
 	ctx    verbs.Context
+	pd     verbs.PD
 	mr     verbs.MR
 	buf    []byte
 	qp     verbs.QP
@@ -31,7 +32,7 @@ func newSide(t *testing.T, size int) *side {
 		t.Fatal(err)
 	}
 	pd, _ := ctx.AllocPD()
-	s := &side{ctx: ctx, buf: make([]byte, size)}
+	s := &side{ctx: ctx, pd: pd, buf: make([]byte, size)}
 	if s.mr, err = pd.RegMR(s.buf, verbs.AccessAll); err != nil {
 		t.Fatal(err)
 	}
