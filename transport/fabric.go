@@ -366,7 +366,7 @@ func (f *Fabric) Post(r int, wr *verbs.SendWR) (uint64, error) {
 
 func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 	if err := f.Err(p.rank); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("posting a %v to rank %d: %w", wr.Op, p.rank, err)
 	}
 	if f.closed.Load() {
 		return 0, ErrClosed
@@ -424,7 +424,7 @@ func (f *Fabric) postErr(p *peer, err error) error {
 // sequence number.
 func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
 	if err := f.Err(p.rank); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("posting atomics to rank %d: %w", p.rank, err)
 	}
 	if f.closed.Load() {
 		return 0, ErrClosed
