@@ -110,17 +110,19 @@ type Fabric struct {
 	failed  error                // a fatal local error (CQ overrun)
 
 	// World control region: allgather slots.
-	ctrl      *Memory
-	ctrlMR    verbs.MR
-	ctrlPeers []RemoteRegion
-	gatherSeq int
-	barSeq    uint32
-	closed    atomic.Bool
-	othersFn  func(yield func(int) bool) // f.others, bound once
-	checkFn   func(r int) bool           // f.checkRank, bound once
-	prog      verbs.Progresser           // the context, if software drives it
-	scanErr   error                      // checkRank's finding; under mu
-	scan      waitOp                     // the wait checkRank checks for; under mu
+	ctrl         *Memory
+	ctrlMR       verbs.MR
+	ctrlPeers    []RemoteRegion
+	gatherSeq    int
+	barSeq       uint32
+	closed       atomic.Bool
+	disconnected atomic.Bool                // Disconnect ran
+	shut         atomic.Bool                // Close ran
+	othersFn     func(yield func(int) bool) // f.others, bound once
+	checkFn      func(r int) bool           // f.checkRank, bound once
+	prog         verbs.Progresser           // the context, if software drives it
+	scanErr      error                      // checkRank's finding; under mu
+	scan         waitOp                     // the wait checkRank checks for; under mu
 }
 
 // RemoteRegion is a peer's registered memory as seen by this rank.
@@ -890,11 +892,16 @@ func (f *Fabric) Allgather(mine []byte, out [][]byte) error {
 	return nil
 }
 
-// Close tears the fabric down. It is not collective; call Barrier first
-// for an orderly end, since peers see this rank's connections close.
-func (f *Fabric) Close() error {
-	if f.closed.Swap(true) {
-		return nil
+// Disconnect closes every connection in order: each peer learns that this
+// rank left (ErrPeerGone), and nothing more runs here. A rank that ends
+// calls it before it deregisters its memory, so that a peer still sending
+// to that memory is told that the rank left rather than that it refused
+// the access (a remote access error). Every later operation fails with
+// ErrClosed. Close calls it.
+func (f *Fabric) Disconnect() {
+	f.closed.Store(true)
+	if f.disconnected.Swap(true) {
+		return
 	}
 	for _, p := range f.peers {
 		if p == nil {
@@ -907,6 +914,15 @@ func (f *Fabric) Close() error {
 			p.selfRx.Close()
 		}
 	}
+}
+
+// Close tears the fabric down. It is not collective; call Barrier first
+// for an orderly end, since peers see this rank's connections close.
+func (f *Fabric) Close() error {
+	if f.shut.Swap(true) {
+		return nil
+	}
+	f.Disconnect()
 	if f.ctrlMR != nil {
 		f.ctrlMR.Dereg()
 	}

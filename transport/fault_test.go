@@ -267,3 +267,53 @@ func TestStoppedPeer(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestLeaveBeforeDereg (item 8): a rank that ends disconnects before it
+// deregisters its memory, so a peer still putting to that memory is told
+// that the rank left (ErrPeerGone), not that its access was refused
+// (verbs.ErrRemoteAccess).
+func TestLeaveBeforeDereg(t *testing.T) {
+	fs := openFabrics(t, 2, hangBound)
+	type shared struct {
+		mr  verbs.MR
+		all [][]byte
+	}
+	sh := make([]shared, 2)
+	onRanks(t, fs, func(f *Fabric) error {
+		_, mr, all, err := sharedRegion(f, 4096)
+		sh[f.Rank()] = shared{mr, all}
+		return err
+	})
+	if t.Failed() {
+		return
+	}
+	started := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { // rank 0 puts to rank 1 until that fails
+		f, mr, all := fs[0], sh[0].mr, sh[0].all
+		local := Local{Addr: mr.Addr(), LKey: mr.LKey()}
+		remote := Remote{Addr: getU64(all[1]), RKey: getU32(all[1][8:])}
+		for i := 0; ; i++ {
+			if _, err := f.Write(1, local, remote, 64); err != nil {
+				errc <- err
+				return
+			}
+			if i%16 == 0 {
+				if err := f.Flush(1); err != nil {
+					errc <- err
+					return
+				}
+			}
+			if i == 64 {
+				close(started)
+			}
+		}
+	}()
+	<-started
+	fs[1].Disconnect()
+	sh[1].mr.Dereg()
+	err := <-errc
+	if !errors.Is(err, ErrPeerGone) || errors.Is(err, verbs.ErrRemoteAccess) {
+		t.Fatalf("put to a rank that left: %v", err)
+	}
+}

@@ -25,7 +25,7 @@ type side struct {
 	recvCQ verbs.CQ
 }
 
-func newSide(t *testing.T, size int) *side {
+func newSide(t testing.TB, size int) *side {
 	t.Helper()
 	ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret})
 	if err != nil {
@@ -46,7 +46,7 @@ func newSide(t *testing.T, size int) *side {
 }
 
 // connected returns two sides in separate contexts with connected QPs.
-func connected(t *testing.T, size int) (*side, *side) {
+func connected(t testing.TB, size int) (*side, *side) {
 	a, b := newSide(t, size), newSide(t, size)
 	errc := make(chan error, 1)
 	go func() { errc <- b.qp.Connect(a.qp.Endpoint()) }()
