@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -174,7 +175,7 @@ func TestStalledFrameDoesNotStopWaiters(t *testing.T) {
 		for i := range rounds {
 			if i == rounds/4 {
 				// Half a frame, while this goroutine polls every stream.
-				sendPartialWrite(t, conn, a.mr.Addr(), a.mr.RKey(), 512<<10, 1000)
+				sendPartialWrite(t, conn, a.mr.Addr()+256<<10, a.mr.RKey(), 512<<10, 1000)
 			}
 			a.buf[0] = byte(i)
 			wr := verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
@@ -274,5 +275,63 @@ func TestGoodbyeEndsWaits(t *testing.T) {
 	wr := verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	if _, err := a.qp.PostSend(&wr); !errors.Is(err, verbs.ErrQPState) || !errors.Is(err, verbs.ErrPeerClosed) {
 		t.Fatalf("post after goodbye: %v", err)
+	}
+}
+
+// TestLargePayloadInPieces: payloads of resumeMin and more are received in
+// pieces by whoever drives the stream (payload.go): a large write with
+// immediate lands whole and consumes a receive, a large read returns the
+// right bytes, and a large write the target refuses is drained unread and
+// leaves its memory untouched.
+func TestLargePayloadInPieces(t *testing.T) {
+	const size = 4 << 20
+	a, b := connected(t, size)
+	for i := range a.buf {
+		a.buf[i] = byte(i*13 + 5)
+	}
+	if _, err := b.qp.PostRecv(&verbs.RecvWR{ID: 77}); err != nil {
+		t.Fatal(err)
+	}
+	n := size / 2
+	// b waits while the write arrives: its waiting goroutine receives it.
+	recvd := make(chan verbs.WC, 1)
+	go func() {
+		wc := make([]verbs.WC, 1)
+		b.recvCQ.Wait(wc, time.Now().Add(hangBound))
+		recvd <- wc[0]
+	}()
+	wr := verbs.SendWR{ID: 1, Op: verbs.OpWriteImm, Flags: verbs.Signaled, Imm: 9, SGL: a.sge(0, n), RemoteAddr: b.mr.Addr() + 16, RKey: b.mr.RKey()}
+	if _, err := a.qp.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != 1 || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("write %+v", wc)
+	}
+	if wc := <-recvd; wc.ID != 77 || wc.Imm != 9 || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("receive %+v", wc)
+	}
+	if !bytes.Equal(b.buf[16:16+n], a.buf[:n]) {
+		t.Fatal("written data differs")
+	}
+	rd := verbs.SendWR{ID: 2, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: a.sge(n, resumeMin+3), RemoteAddr: b.mr.Addr() + 16, RKey: b.mr.RKey()}
+	if _, err := a.qp.PostSend(&rd); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != 2 || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("read %+v", wc)
+	}
+	if !bytes.Equal(a.buf[n:n+resumeMin+3], a.buf[:resumeMin+3]) {
+		t.Fatal("read data differs")
+	}
+	before := bytes.Clone(b.buf)
+	bad := verbs.SendWR{ID: 3, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(0, n), RemoteAddr: b.mr.Addr() + uint64(size-n/2), RKey: b.mr.RKey()}
+	if _, err := a.qp.PostSend(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != 3 || wc.Status != verbs.StatusRemoteAccess {
+		t.Fatalf("refused write %+v", wc)
+	}
+	if !bytes.Equal(b.buf, before) {
+		t.Fatal("a refused write changed the target's memory")
 	}
 }

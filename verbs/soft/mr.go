@@ -91,6 +91,9 @@ func (c *context) failHolders(r *region) {
 // holds reports whether a pending request of q keeps r (a read or atomic
 // destination).
 func (q *qp) holds(r *region) bool {
+	if q.curReg.Load() == r {
+		return true
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := 0; i < q.pn; i++ {

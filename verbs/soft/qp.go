@@ -114,7 +114,9 @@ type qp struct {
 	rxMu   sync.Mutex
 	rx     *rxStream // set at Connect
 	rxHdr  [hdrLen]byte
-	rxDone bool // the stream is finished; under rxMu
+	rxDone bool                   // the stream is finished; under rxMu
+	cur    inFrame                // a payload received in pieces (payload.go); under rxMu
+	curReg atomic.Pointer[region] // cur's target region, for Dereg (failHolders)
 
 	// fdMu guards the socket's descriptor against being closed during a
 	// raw read; fdClosed is set (under fdMu) before the connection closes.

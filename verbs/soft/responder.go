@@ -23,6 +23,7 @@ func (q *qp) serve() {
 		// that no memory is released under a payload being received.
 		q.rxMu.Lock()
 		q.rxDone = true
+		q.dropFrame()
 		q.rxMu.Unlock()
 		q.mu.Lock()
 		q.flushLocked()

@@ -61,6 +61,10 @@ type rxStream struct {
 	peek  [1]byte
 	ready func(uintptr) bool // readableFn, bound once (no allocation per wait)
 	dl    bool               // a read deadline is set (a frame waited for its rest, or handOver)
+	got   uint64             // bytes read so far
+	// idle's record: the stream stood still at idleGot bytes since idleSince.
+	idleGot   uint64
+	idleSince time.Time
 }
 
 func newRxStream(q *qp, conn net.Conn) (*rxStream, error) {
@@ -94,6 +98,7 @@ func (s *rxStream) sysRead(p []byte) (int, error) {
 		q.fdMu.RUnlock()
 		switch {
 		case n > 0:
+			s.got += uint64(n)
 			return n, nil
 		case err == syscall.EAGAIN:
 			return 0, errAgain
@@ -214,9 +219,15 @@ func (s *rxStream) frameReady() bool {
 	}
 	h := s.buf[s.r : s.r+hdrLen]
 	need := hdrLen
+	n := int(binary.LittleEndian.Uint32(h[4:]))
 	switch h[0] {
-	case kReqWrite, kReqWriteImm, kReqSend, kRespRead:
-		need += int(binary.LittleEndian.Uint32(h[4:]))
+	case kReqWrite, kReqWriteImm, kRespRead:
+		if n >= resumeMin {
+			return true // received in pieces (payload.go)
+		}
+		need += n
+	case kReqSend:
+		need += n
 	}
 	return s.buffered() >= need || s.buffered()+s.inq() >= need
 }
@@ -311,6 +322,19 @@ func (q *qp) drain(waiter bool) (int, bool) {
 	}
 	defer q.flushResponses()
 	for n := 0; ; n++ {
+		if q.cur.active {
+			done, err := q.resume(waiter)
+			if err != nil {
+				q.rxDone = true
+				q.fail(verbs.StatusTransport, q.lost(err))
+				return n, false
+			}
+			if !done {
+				q.rx.idle()
+				return n, true
+			}
+			continue
+		}
 		more, err := q.rx.frameWaiting()
 		if err != nil {
 			q.rxDone = true
@@ -321,7 +345,7 @@ func (q *qp) drain(waiter bool) (int, bool) {
 			return n, true
 		}
 		if waiter && !q.rx.frameReady() {
-			q.rx.handOver()
+			q.rx.idle()
 			return n, true
 		}
 		if !q.step(q.rx) {
@@ -519,6 +543,13 @@ func (q *qp) step(fr frameReader) bool {
 		return false
 	}
 	acquire()
+	if q.resumable(fr, &f) {
+		if err := q.begin(&f); err != nil {
+			q.fail(verbs.StatusTransport, q.lost(err))
+			return false
+		}
+		return true // drain goes on with its payload
+	}
 	var err error
 	switch {
 	case f.kind < kRespAck:
