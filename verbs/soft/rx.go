@@ -198,12 +198,13 @@ func (s *rxStream) clearDeadline() {
 	}
 }
 
-// frameReady reports whether the whole next frame has arrived (in the
-// buffer, or in the socket's receive queue), so that running it never
-// waits for the peer. Only then does a waiting goroutine run it: one that
-// waited for the rest of a frame from a peer that stopped would stop with
-// it, and with it every wait of the process on the other peers (it is
-// their poller). The reader goroutine runs frames that arrive in pieces.
+// frameReady reports whether a waiting goroutine may run the next frame:
+// it has arrived whole (in the buffer, or in the socket's receive queue),
+// so that running it never waits for the peer, or it is a large write or
+// read response, whose payload is received in pieces (payload.go). A
+// waiting goroutine that waited for the rest of a frame from a peer that
+// stopped would stop with it, and with it every wait of the process on the
+// other peers (it is their poller).
 func (s *rxStream) frameReady() bool {
 	if s.buffered() < hdrLen {
 		if s.r > 0 {
