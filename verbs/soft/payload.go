@@ -2,6 +2,7 @@ package soft
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/rmago/rmago/verbs"
@@ -113,12 +114,21 @@ func (q *qp) resume(waiter bool) (bool, error) {
 			return true, nil
 		}
 		if err == errAgain {
-			if waiter {
+			if !waiter {
+				if err := s.await(&empty); err != nil {
+					return false, err
+				}
+				continue
+			}
+			// The rest usually follows within a few yields: keep the
+			// frame (and the reader goroutine off it) that long.
+			if empty == 0 {
+				q.flushResponses()
+			}
+			if empty++; empty > midFrameSpin {
 				return false, nil
 			}
-			if err := s.await(&empty); err != nil {
-				return false, err
-			}
+			runtime.Gosched()
 		} else if err != nil {
 			return false, err
 		}
