@@ -317,3 +317,19 @@ func TestLeaveBeforeDereg(t *testing.T) {
 		t.Fatalf("put to a rank that left: %v", err)
 	}
 }
+
+// TestTimeoutNamesWait (item 8): a wait that reaches the timeout says
+// which operation waited for which ranks.
+func TestTimeoutNamesWait(t *testing.T) {
+	fs := openFabrics(t, 3, 300*time.Millisecond)
+	const tag = 0x8000_0030
+	// Rank 1 notifies rank 0; rank 2 does not.
+	if err := fs[1].Notify(0, tag); err != nil {
+		t.Fatal(err)
+	}
+	err := fs[0].WaitNotify(tag, 2, fs[0].othersFn)
+	if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "notification wait: 1 of 2") || !strings.Contains(err.Error(), "rank(s) [2]") {
+		t.Fatalf("notification wait past the timeout: %v", err)
+	}
+	t.Log(err)
+}
