@@ -41,9 +41,13 @@ const (
 )
 
 // Errors of the fabric. Errors from completions wrap the verbs sentinels
-// (verbs.ErrRemoteAccess, verbs.ErrTransport, ...) as well.
+// (verbs.ErrRemoteAccess, verbs.ErrTransport, ...) as well; ErrPeerGone
+// (faults.go) is a peer that left the job.
 var (
-	ErrTimeout  = errors.New("transport: timed out waiting for peers")
+	// ErrTimeout: a wait reached the timeout (RMAGO_TIMEOUT), or a peer
+	// stopped taking or sending data for that long (then with ErrPeer).
+	ErrTimeout = errors.New("transport: timed out waiting for peers")
+	// ErrPeer: a peer failed, or left the job (ErrPeerGone).
 	ErrPeer     = errors.New("transport: peer failed")
 	ErrClosed   = errors.New("transport: fabric closed")
 	ErrProvider = errors.New("transport: no usable provider")
@@ -103,20 +107,23 @@ type Fabric struct {
 	cond    sync.Cond
 	polling bool
 	wcs     []verbs.WC
-	notes   map[uint32]int // notification arrivals by tag, not yet consumed
-	failed  error          // a fatal local error (CQ overrun)
+	notes   map[uint32]*tagNotes // notification arrivals by tag, not yet consumed (notify.go)
+	failed  error                // a fatal local error (CQ overrun)
 
 	// World control region: allgather slots.
-	ctrl      *Memory
-	ctrlMR    verbs.MR
-	ctrlPeers []RemoteRegion
-	gatherSeq int
-	barSeq    uint32
-	closed    atomic.Bool
-	othersFn  func(yield func(int) bool) // f.others, bound once
-	checkFn   func(r int) bool           // f.checkRank, bound once
-	prog      verbs.Progresser           // the context, if software drives it
-	scanErr   error                      // checkRank's finding; under mu
+	ctrl         *Memory
+	ctrlMR       verbs.MR
+	ctrlPeers    []RemoteRegion
+	gatherSeq    int
+	barSeq       uint32
+	closed       atomic.Bool
+	disconnected atomic.Bool                // Disconnect ran
+	shut         atomic.Bool                // Close ran
+	othersFn     func(yield func(int) bool) // f.others, bound once
+	checkFn      func(r int) bool           // f.checkRank, bound once
+	prog         verbs.Progresser           // the context, if software drives it
+	scanErr      error                      // checkRank's finding; under mu
+	scan         waitOp                     // the wait checkRank checks for; under mu
 }
 
 // RemoteRegion is a peer's registered memory as seen by this rank.
@@ -139,7 +146,7 @@ type hello struct {
 // provider, creates and connects a queue pair per peer, then closes b.
 func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	defer b.Close()
-	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]int{}, byQPN: map[uint32]*peer{}}
+	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]*tagNotes{}, byQPN: map[uint32]*peer{}}
 	f.cond.L = &f.mu
 	f.othersFn = f.others
 	f.checkFn = f.checkRank
@@ -241,7 +248,9 @@ func (f *Fabric) openProvider(b Bootstrap, opt Options) (string, error) {
 	if device == "" {
 		device = os.Getenv(EnvDevice)
 	}
-	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1}
+	// The provider bounds a write to a peer that takes no data, and a frame
+	// a peer stops sending halfway, by the same timeout as every wait.
+	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: f.timeout}
 	switch name {
 	case "", "auto":
 		// rdmamap looks for RDMA devices in sysfs; ibv is used when one is
@@ -360,7 +369,7 @@ func (f *Fabric) Post(r int, wr *verbs.SendWR) (uint64, error) {
 
 func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 	if err := f.Err(p.rank); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("posting a %v to rank %d: %w", wr.Op, p.rank, err)
 	}
 	if f.closed.Load() {
 		return 0, ErrClosed
@@ -371,7 +380,7 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 		// request. Signalling every signalGap requests guarantees there is
 		// one well inside the queue.
 		target := p.lastSignaled
-		if err := f.waitFor(func() bool { return p.done.Load() >= target }, p.rank, nil); err != nil {
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target}, nil); err != nil {
 			return 0, err
 		}
 	}
@@ -392,17 +401,24 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 // postErr reports a failed post to p.
 func (f *Fabric) postErr(p *peer, err error) error {
 	if errors.Is(err, verbs.ErrQPState) {
-		// The queue pair failed under us; if its error completions are
-		// on their way they say why: report that cause. A peer that
-		// closed in order sends none, so wait only briefly.
-		if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, p.rank, time.Now().Add(time.Second), nil); werr != nil && !errors.Is(werr, ErrTimeout) {
+		// The queue pair failed under us. The provider may say why (the
+		// soft provider's error wraps the cause); otherwise its error
+		// completions will: wait for them briefly.
+		if e := f.Err(p.rank); e != nil {
+			return e
+		}
+		if e := f.peerErr(p, nil); e != nil {
+			return e
+		}
+		op := waitOp{what: "post", rank: p.rank}
+		if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, op, time.Now().Add(time.Second), nil); werr != nil && !errors.Is(werr, ErrTimeout) {
 			return werr
 		}
 		if cause := p.err.Load(); cause != nil {
 			return *cause
 		}
 		launch.NotifyPeerLost(p.rank)
-		return fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, err)
+		return rankErr(p.rank, err)
 	}
 	return fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
 }
@@ -412,7 +428,7 @@ func (f *Fabric) postErr(p *peer, err error) error {
 // sequence number.
 func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
 	if err := f.Err(p.rank); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("posting atomics to rank %d: %w", p.rank, err)
 	}
 	if f.closed.Load() {
 		return 0, ErrClosed
@@ -422,7 +438,7 @@ func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
 		// Reclaim the queue as postLocked does; chains are far shorter
 		// than signalGap, so a signalled request is well inside it.
 		target := p.lastSignaled
-		if err := f.waitFor(func() bool { return p.done.Load() >= target }, p.rank, nil); err != nil {
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target}, nil); err != nil {
 			return 0, err
 		}
 	}
@@ -476,7 +492,7 @@ func (f *Fabric) Wait(r int, seq uint64) error {
 		}
 	}
 	p.postMu.Unlock()
-	return f.waitFor(func() bool { return p.done.Load() >= seq }, r, nil)
+	return f.waitFor(func() bool { return p.done.Load() >= seq }, waitOp{what: "wait", rank: r, seq: seq}, nil)
 }
 
 // Test reports whether request seq to rank r has completed, making
@@ -648,7 +664,7 @@ func (f *Fabric) Flush(r int) error {
 		target = seq
 	}
 	p.postMu.Unlock()
-	return f.waitFor(func() bool { return p.done.Load() >= target }, r, nil)
+	return f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "flush", rank: r, seq: target}, nil)
 }
 
 // FlushAll flushes every peer, the rank itself included.
@@ -662,82 +678,25 @@ func (f *Fabric) FlushAll() error {
 	return errors.Join(errs...)
 }
 
-// Notify sends rank r a notification carrying tag, ordered after every
-// request posted to r before it: when r sees the tag, it sees their effects.
-func (f *Fabric) Notify(r int, tag uint32) error {
-	p := f.peers[r]
-	p.postMu.Lock()
-	defer p.postMu.Unlock()
-	p.noteWR = verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag}
-	_, err := f.postLocked(p, &p.noteWR)
-	return err
-}
-
-// WaitNotify waits until count notifications with tag have arrived (from
-// any ranks) and consumes them. from lists the ranks expected to send them:
-// if one of them fails, the wait fails instead of hanging.
-func (f *Fabric) WaitNotify(tag uint32, count int, from func(yield func(int) bool)) error {
-	err := f.waitFor(func() bool { return f.notes[tag] >= count }, -1, from)
-	if err == nil {
-		f.mu.Lock()
-		f.notes[tag] -= count
-		f.mu.Unlock()
-	}
-	return err
-}
-
-// WaitNotifyEither waits until count notifications tagged a or b have
-// arrived in all, consumes them, and reports how many carried b. Every
-// other rank is expected to send one.
-func (f *Fabric) WaitNotifyEither(a, b uint32, count int) (int, error) {
-	err := f.waitFor(func() bool { return f.notes[a]+f.notes[b] >= count }, -1, f.othersFn)
-	if err != nil {
-		return 0, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	nb := min(f.notes[b], count)
-	f.notes[b] -= nb
-	f.notes[a] -= count - nb
-	return nb, nil
-}
-
-// TestNotify consumes count notifications with tag if they have arrived,
-// making progress once without blocking.
-func (f *Fabric) TestNotify(tag uint32, count int) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.polling {
-		n, err := f.cq.Poll(f.wcs)
-		if err != nil {
-			return false, err
-		}
-		f.dispatch(f.wcs[:n])
-	}
-	if f.notes[tag] >= count {
-		f.notes[tag] -= count
-		return true, nil
-	}
-	return false, nil
-}
-
 // waitFor makes progress until cond holds (checked under f.mu). It fails
-// if rank r's connection fails (r < 0: none in particular; from, if not
-// nil, lists ranks whose failure also ends the wait), or on timeout.
-// It allocates nothing unless it fails.
-func (f *Fabric) waitFor(cond func() bool, r int, from func(yield func(int) bool)) error {
+// if the connection to op.rank fails (op.rank < 0: none in particular;
+// from, if not nil, lists ranks whose failure also ends the wait, unless
+// the notification the wait expects from them has arrived), or on
+// timeout. It allocates nothing unless it fails.
+func (f *Fabric) waitFor(cond func() bool, op waitOp, from func(yield func(int) bool)) error {
 	var deadline time.Time
 	if f.timeout > 0 {
 		deadline = time.Now().Add(f.timeout)
 	}
-	return f.waitUntil(cond, r, deadline, from)
+	return f.waitUntil(cond, op, deadline, from)
 }
 
 // checkRank is the yield function waitUntil hands to its from iterator:
-// it stops at the first failed rank, leaving its error in f.scanErr.
-// f.mu held.
+// it stops at the first failed rank that the wait (f.scan) still needs,
+// leaving its error in f.scanErr. A rank that failed or left after its
+// notification arrived is not needed any more. f.mu held.
 func (f *Fabric) checkRank(r int) bool {
-	if err := f.Err(r); err != nil {
+	if err := f.Err(r); err != nil && (f.scan.ntags == 0 || !f.delivered(r)) {
 		f.scanErr = err
 		return false
 	}
@@ -745,7 +704,7 @@ func (f *Fabric) checkRank(r int) bool {
 }
 
 // waitUntil is waitFor with an explicit deadline (zero: none).
-func (f *Fabric) waitUntil(cond func() bool, r int, deadline time.Time, from func(yield func(int) bool)) error {
+func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from func(yield func(int) bool)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for {
@@ -755,19 +714,23 @@ func (f *Fabric) waitUntil(cond func() bool, r int, deadline time.Time, from fun
 		if f.failed != nil {
 			return f.failed
 		}
-		if r >= 0 {
-			if err := f.Err(r); err != nil {
-				return err
+		if op.rank >= 0 {
+			if err := f.Err(op.rank); err != nil {
+				return fmt.Errorf("%s to rank %d: %w", op.what, op.rank, err)
 			}
 		}
 		if from != nil {
 			// Called directly rather than ranged over: a range-over-func
-			// loop here would allocate its state on every wait.
+			// loop here would allocate its state on every wait. A failure
+			// reaches the completion queue after everything the rank sent
+			// before it, so its notification, if it sent one, has been
+			// counted by now.
 			f.scanErr = nil
+			f.scan = op
 			from(f.checkFn)
 			if err := f.scanErr; err != nil {
 				f.scanErr = nil
-				return err
+				return fmt.Errorf("%s: %w", op.what, err)
 			}
 		}
 		if f.polling {
@@ -783,7 +746,8 @@ func (f *Fabric) waitUntil(cond func() bool, r int, deadline time.Time, from fun
 		f.cond.Broadcast()
 		if errors.Is(err, verbs.ErrTimeout) {
 			if !cond() {
-				return fmt.Errorf("%w (deadline %s passed; RMAGO_TIMEOUT is %v)", ErrTimeout, deadline.Format("15:04:05.000"), f.timeout)
+				f.scan = op
+				return f.timeoutErr(op, deadline, from)
 			}
 		} else if err != nil {
 			f.failed = fmt.Errorf("transport: completion queue: %w", err)
@@ -808,7 +772,7 @@ func (f *Fabric) dispatch(wcs []verbs.WC) {
 				}
 				continue
 			}
-			f.notes[wc.Imm]++
+			f.noteArrived(wc.Imm, p.rank)
 			qp := p.qp
 			if p.selfRx != nil {
 				qp = p.selfRx
@@ -839,11 +803,12 @@ func (f *Fabric) setErr(p *peer, wc *verbs.WC) {
 	if f.closed.Load() {
 		return
 	}
-	e := fmt.Errorf("%w: rank %d: %w", ErrPeer, p.rank, wc.Err())
 	old := p.err.Load()
-	if old == nil || (errors.Is(*old, verbs.ErrFlushed) && wc.Status != verbs.StatusFlushed) {
-		p.err.Store(&e)
+	if old != nil && !(errors.Is(*old, verbs.ErrFlushed) && wc.Status != verbs.StatusFlushed) {
+		return
 	}
+	e := f.peerErr(p, wc)
+	p.err.Store(&e)
 	if old == nil {
 		launch.NotifyPeerLost(p.rank) // rmarun names the first failure, not this rank's
 	}
@@ -932,11 +897,16 @@ func (f *Fabric) Allgather(mine []byte, out [][]byte) error {
 	return nil
 }
 
-// Close tears the fabric down. It is not collective; call Barrier first
-// for an orderly end, since peers see this rank's connections close.
-func (f *Fabric) Close() error {
-	if f.closed.Swap(true) {
-		return nil
+// Disconnect closes every connection in order: each peer learns that this
+// rank left (ErrPeerGone), and nothing more runs here. A rank that ends
+// calls it before it deregisters its memory, so that a peer still sending
+// to that memory is told that the rank left rather than that it refused
+// the access (a remote access error). Every later operation fails with
+// ErrClosed. Close calls it.
+func (f *Fabric) Disconnect() {
+	f.closed.Store(true)
+	if f.disconnected.Swap(true) {
+		return
 	}
 	for _, p := range f.peers {
 		if p == nil {
@@ -949,6 +919,15 @@ func (f *Fabric) Close() error {
 			p.selfRx.Close()
 		}
 	}
+}
+
+// Close tears the fabric down. It is not collective; call Barrier first
+// for an orderly end, since peers see this rank's connections close.
+func (f *Fabric) Close() error {
+	if f.shut.Swap(true) {
+		return nil
+	}
+	f.Disconnect()
 	if f.ctrlMR != nil {
 		f.ctrlMR.Dereg()
 	}

@@ -52,6 +52,12 @@ var (
 	ErrTimeout = errors.New("verbs: timed out")
 	// ErrAuth means a peer failed authentication.
 	ErrAuth = errors.New("verbs: peer failed authentication")
+	// ErrPeerClosed means the peer closed its queue pair in order (it
+	// called Close, or its program ended): nothing more will come from it
+	// and nothing more sent to it will run. Providers that can tell an
+	// orderly close from a failure (soft) report it as the queue pair's
+	// cause (ErrorReporter).
+	ErrPeerClosed = errors.New("verbs: peer closed its queue pair")
 )
 
 // Access is a set of memory region access flags, as in ibv_access_flags.
@@ -193,6 +199,13 @@ type Config struct {
 	GIDIndex int
 	// Port is the device port (ibv provider); 0 picks 1.
 	Port int
+	// Timeout bounds how long a queue pair waits for a peer that stopped
+	// taking data, or stopped in the middle of a frame (the soft
+	// provider's analogue of the retry timeout and count of a hardware
+	// queue pair). Past it, the queue pair enters the error state, its
+	// requests complete with StatusTransport and its cause wraps
+	// ErrTimeout. 0: no bound.
+	Timeout time.Duration
 }
 
 // Provider opens devices. Implementations call Register from an init function.
@@ -238,6 +251,17 @@ type Progresser interface {
 	// EndProgress says the caller stopped polling (it is about to sleep,
 	// or its wait is over).
 	EndProgress()
+}
+
+// ErrorReporter is implemented by queue pairs that know why they entered
+// the error state (the soft provider sees its connection end). A
+// completion carries only a status; Err says more: it wraps ErrPeerClosed
+// (orderly close), ErrTimeout (the peer stopped taking or sending data),
+// ErrTransport (the connection was lost) or the status's sentinel, and
+// names the peer. It returns nil while the queue pair works. Hardware
+// providers learn of a peer's failure only through a failed request.
+type ErrorReporter interface {
+	Err() error
 }
 
 // PD is a protection domain: memory regions and queue pairs made in one

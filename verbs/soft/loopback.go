@@ -2,6 +2,7 @@ package soft
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"sync/atomic"
 
@@ -47,7 +48,7 @@ func (q *qp) postLoop(f *frame, p *pending, payload *[maxSGE][]byte, nseg int) e
 		// A refused request completes with its status and, as after a NAK,
 		// both queue pairs enter the error state.
 		q.sendCQ.push(verbs.WC{ID: p.id, Status: st, Op: p.op, ByteLen: p.length, QPN: q.num})
-		q.fail(verbs.StatusFlushed, errRefused{st})
+		q.fail(verbs.StatusFlushed, fmt.Errorf("%w: loopback request %d (%v) refused: %s", st.Err(), p.id, p.op, nakWhy(st)))
 		return nil
 	}
 	if p.signaled {
@@ -55,11 +56,6 @@ func (q *qp) postLoop(f *frame, p *pending, payload *[maxSGE][]byte, nseg int) e
 	}
 	return nil
 }
-
-// errRefused is the cause recorded when a loopback request was refused.
-type errRefused struct{ st verbs.Status }
-
-func (e errRefused) Error() string { return "loopback request refused: " + e.st.String() }
 
 // executeLoop runs a loopback request as this queue pair's responder would
 // run it from the wire.

@@ -2,7 +2,6 @@ package soft
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -87,7 +86,6 @@ type qp struct {
 	bufs    [postBatch * (1 + maxSGE)][]byte
 	nframes int
 	nbufs   int
-	nb      net.Buffers
 	nextSeq uint64
 
 	// mu guards the state, the pending ring and the receive ring; cond
@@ -110,14 +108,15 @@ type qp struct {
 	done       chan struct{}
 	nakSent    atomic.Bool
 	lastExec   atomic.Uint64 // the peer's last request this side executed
-	graceful   bool          // the peer closed in order: receives stay posted
 	finished   sync.WaitGroup
 
 	// The receive engine (rx.go): whoever holds rxMu reads the stream.
 	rxMu   sync.Mutex
 	rx     *rxStream // set at Connect
 	rxHdr  [hdrLen]byte
-	rxDone bool // the stream is finished; under rxMu
+	rxDone bool                   // the stream is finished; under rxMu
+	cur    inFrame                // a payload received in pieces (payload.go); under rxMu
+	curReg atomic.Pointer[region] // cur's target region, for Dereg (failHolders)
 
 	// fdMu guards the socket's descriptor against being closed during a
 	// raw read; fdClosed is set (under fdMu) before the connection closes.
@@ -132,10 +131,13 @@ type qp struct {
 	resps      [respBatch]response // collected by the receive engine (rxMu)
 	nresp      int
 	respHdrs   [respBatch][hdrLen]byte
-	iov        [2 * respBatch]syscall.Iovec
-	iovN       int
-	wrN        int
-	writeFn    func(uintptr) bool // writevOnce, bound once
+	// Every write's gather list, under wrMu (write.go): requests (a batch
+	// of postBatch frames), immediate and queued responses.
+	iov     [postBatch * (1 + maxSGE)]syscall.Iovec
+	iovN    int
+	wrN     int
+	writeFn func(uintptr) bool // writevOnce, bound once
+	wnb     net.Buffers        // the rest of a write that would block (write.go)
 }
 
 type acceptedConn struct {
@@ -337,7 +339,7 @@ func (c *context) acceptLoop() {
 // resolve maps a local SGE to bytes of a registered region of this PD.
 func (q *qp) resolve(s verbs.SGE, need verbs.Access) (*region, []byte, error) {
 	r := q.ctx.regions.lookup(s.LKey)
-	if r == nil || r.pd != q.pd || r.access&need != need {
+	if r == nil || r.pd != q.pd || r.access&need != need || r.dying.Load() {
 		return nil, nil, fmt.Errorf("%w: lkey %#x", verbs.ErrLocalAccess, s.LKey)
 	}
 	b, ok := r.slice(s.Addr, uint64(s.Length))
@@ -368,17 +370,13 @@ func (q *qp) sendBatch() {
 	if q.nframes == 0 {
 		return
 	}
-	q.mu.Lock()
-	conn := q.conn
-	q.mu.Unlock()
-	q.nb = q.bufs[:q.nbufs]
 	q.wrMu.Lock()
-	_, err := q.nb.WriteTo(conn)
+	err := q.writeLocked(q.bufs[:q.nbufs])
 	q.wrMu.Unlock()
 	clear(q.bufs[:q.nbufs])
 	q.nframes, q.nbufs = 0, 0
 	if err != nil {
-		q.fail(verbs.StatusTransport, fmt.Errorf("send: %w", err))
+		q.fail(verbs.StatusTransport, q.sendErr("requests", err))
 		// The requests are recorded and have been flushed with an error
 		// completion; posting itself succeeded, as on hardware.
 	}
@@ -456,12 +454,9 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		q.cond.Wait()
 	}
 	if q.state != stRTS {
-		err := q.failErr
+		err := q.stateErr()
 		q.mu.Unlock()
-		if err == nil {
-			err = errors.New("not connected")
-		}
-		return fmt.Errorf("%w: %v", verbs.ErrQPState, err)
+		return err
 	}
 	if q.pn == len(q.pend) {
 		pn := q.pn
@@ -504,13 +499,29 @@ func (q *qp) sendable() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.state != stRTS {
-		err := q.failErr
-		if err == nil {
-			err = errors.New("not connected")
-		}
-		return fmt.Errorf("%w: %v", verbs.ErrQPState, err)
+		return q.stateErr()
 	}
 	return nil
+}
+
+// stateErr is the error of a post to a queue pair that is not ready: it
+// wraps verbs.ErrQPState and, after a failure, its cause; q.mu held.
+func (q *qp) stateErr() error {
+	if q.failErr == nil {
+		return fmt.Errorf("%w: not connected", verbs.ErrQPState)
+	}
+	return fmt.Errorf("%w: %w", verbs.ErrQPState, q.failErr)
+}
+
+// Err says why the queue pair entered the error state, or nil
+// (verbs.ErrorReporter).
+func (q *qp) Err() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != stError {
+		return nil
+	}
+	return q.failErr
 }
 
 func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
@@ -518,7 +529,7 @@ func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
 	defer q.mu.Unlock()
 	for wr := first; wr != nil; wr = wr.Next {
 		if q.state == stError {
-			return wr, fmt.Errorf("%w: %v", verbs.ErrQPState, q.failErr)
+			return wr, q.stateErr()
 		}
 		if len(wr.SGL) > maxSGE {
 			return wr, fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
@@ -615,7 +626,7 @@ func (q *qp) flushLocked() {
 		}
 		q.completeHead(st)
 	}
-	for q.rn > 0 && !q.graceful {
+	for q.rn > 0 {
 		e := q.recvs[q.rhead]
 		q.recvs[q.rhead] = recvEntry{}
 		q.rhead = (q.rhead + 1) % len(q.recvs)

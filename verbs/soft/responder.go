@@ -1,9 +1,10 @@
 package soft
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -22,6 +23,7 @@ func (q *qp) serve() {
 		// that no memory is released under a payload being received.
 		q.rxMu.Lock()
 		q.rxDone = true
+		q.dropFrame()
 		q.rxMu.Unlock()
 		q.mu.Lock()
 		q.flushLocked()
@@ -29,7 +31,9 @@ func (q *qp) serve() {
 	}()
 	for {
 		q.rxMu.Lock()
-		n, ok := q.drain()
+		n, ok := q.drain(false)
+		// Between frames the stream may rest as long as it likes.
+		q.rx.clearDeadline()
 		q.rxMu.Unlock()
 		if !ok {
 			return
@@ -38,7 +42,10 @@ func (q *qp) serve() {
 			q.ctx.prog.spinReader()
 		}
 		if err := q.rx.waitReadable(); err != nil {
-			q.fail(verbs.StatusTransport, connLost(err))
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // set by a frame that has ended meanwhile
+			}
+			q.fail(verbs.StatusTransport, q.lost(err))
 			return
 		}
 	}
@@ -49,7 +56,7 @@ func (q *qp) serve() {
 // held (inUse.RLock) and the caller must release it.
 func (q *qp) target(f *frame, need verbs.Access) (*region, []byte, verbs.Status) {
 	r := q.ctx.regions.lookup(f.rkey)
-	if r == nil || r.pd != q.pd || r.access&need != need {
+	if r == nil || r.pd != q.pd || r.access&need != need || r.dying.Load() {
 		return nil, nil, verbs.StatusRemoteAccess
 	}
 	r.inUse.RLock()
@@ -333,7 +340,6 @@ func (q *qp) writeResponses() {
 		hdrs [batch][hdrLen]byte
 		bufs [2 * batch][]byte
 		regs [batch]*region
-		nb   net.Buffers
 	)
 	release := func(n int) {
 		for i := 0; i < n; i++ {
@@ -387,11 +393,10 @@ func (q *qp) writeResponses() {
 			}
 			break
 		}
-		nb = bufs[:nbuf]
 		if !held {
 			q.wrMu.Lock()
 		}
-		_, err := nb.WriteTo(q.conn)
+		err := q.writeLocked(bufs[:nbuf])
 		q.wrMu.Unlock()
 		for i := range bufs[:nbuf] {
 			bufs[i] = nil
@@ -401,22 +406,24 @@ func (q *qp) writeResponses() {
 		q.respQueued -= n
 		q.respMu.Unlock()
 		if err != nil {
-			q.fail(verbs.StatusTransport, fmt.Errorf("send response: %w", err))
+			q.fail(verbs.StatusTransport, q.sendErr("responses", err))
 		}
 	}
 }
 
 // goodbye handles the peer's orderly close: requests it executed complete,
-// later ones fail, posted receives stay (nothing more will arrive, which is
-// not an error by itself), and this side closes its end too.
+// later ones fail, and this side closes its end too. The posted receives
+// are flushed, as after any failure, so that whoever waits for something
+// from the peer learns at once that nothing more will come (the receives
+// that took what it sent before have completed already), and the cause
+// says the peer closed in order (verbs.ErrPeerClosed).
 func (q *qp) goodbye(f *frame) {
 	q.mu.Lock()
 	for q.pn > 0 && q.pend[q.phead].seq <= f.seq && q.pend[q.phead].nseg == 0 {
 		q.completeHead(verbs.StatusSuccess)
 	}
-	q.graceful = true
 	q.mu.Unlock()
-	q.fail(verbs.StatusTransport, fmt.Errorf("peer closed the connection"))
+	q.fail(verbs.StatusTransport, fmt.Errorf("%w: %s closed its queue pair (its program called Close or ended)", verbs.ErrPeerClosed, q.peer()))
 }
 
 // complete handles a response to one of this side's requests. Responses
@@ -449,8 +456,10 @@ func (q *qp) complete(br frameReader, f *frame) error {
 		b[4], b[5], b[6], b[7] = byte(f.arg0>>32), byte(f.arg0>>40), byte(f.arg0>>48), byte(f.arg0>>56)
 		q.completeHead(verbs.StatusSuccess)
 	case kRespNak:
+		op := p.op
 		q.mu.Unlock()
-		q.fail(verbs.Status(f.status), fmt.Errorf("peer refused request %d: %v", f.seq, verbs.Status(f.status)))
+		st := verbs.Status(f.status)
+		q.fail(st, fmt.Errorf("%w: %s refused request %d (%v): %s", st.Err(), q.peer(), f.seq, op, nakWhy(st)))
 		return nil
 	case kRespRead:
 		if p.op != verbs.OpRead || p.length != f.len {
@@ -474,4 +483,17 @@ func (q *qp) complete(br frameReader, f *frame) error {
 	q.cond.Broadcast()
 	q.mu.Unlock()
 	return nil
+}
+
+// nakWhy explains a refusal.
+func nakWhy(st verbs.Status) string {
+	switch st {
+	case verbs.StatusRemoteAccess:
+		return "no region is registered there with that key, access and range (was the window freed, or is the target shutting down?)"
+	case verbs.StatusRNR:
+		return "no receive was posted"
+	case verbs.StatusRemoteOp:
+		return "the target could not execute it (misaligned atomic?)"
+	}
+	return st.String()
 }

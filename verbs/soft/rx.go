@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -52,12 +53,18 @@ const midFrameSpin = 64
 // of the socket. Its methods are called by the owner of qp.rxMu only.
 type rxStream struct {
 	q     *qp
+	conn  net.Conn
 	rc    syscall.RawConn
 	fd    int
 	buf   []byte
 	r, w  int
 	peek  [1]byte
 	ready func(uintptr) bool // readableFn, bound once (no allocation per wait)
+	dl    bool               // a read deadline is set (a frame waited for its rest, or handOver)
+	got   uint64             // bytes read so far
+	// idle's record: the stream stood still at idleGot bytes since idleSince.
+	idleGot   uint64
+	idleSince time.Time
 }
 
 func newRxStream(q *qp, conn net.Conn) (*rxStream, error) {
@@ -69,7 +76,7 @@ func newRxStream(q *qp, conn net.Conn) (*rxStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &rxStream{q: q, rc: rc, buf: make([]byte, 64<<10)}
+	s := &rxStream{q: q, conn: conn, rc: rc, buf: make([]byte, 64<<10)}
 	if err := rc.Control(func(fd uintptr) { s.fd = int(fd) }); err != nil {
 		return nil, err
 	}
@@ -91,6 +98,7 @@ func (s *rxStream) sysRead(p []byte) (int, error) {
 		q.fdMu.RUnlock()
 		switch {
 		case n > 0:
+			s.got += uint64(n)
 			return n, nil
 		case err == syscall.EAGAIN:
 			return 0, errAgain
@@ -146,7 +154,10 @@ func (s *rxStream) fill() error {
 }
 
 // await handles an empty read in the middle of a frame: spin a little,
-// then sleep in the poller until more arrives.
+// then sleep in the poller until more arrives, for at most the context's
+// timeout: a peer that stopped in the middle of a frame fails the queue
+// pair (with verbs.ErrTimeout) instead of holding the stream, and the
+// region its payload was going to, for ever.
 func (s *rxStream) await(empty *int) error {
 	if *empty == 0 {
 		// Answer what already ran before waiting for the rest.
@@ -158,7 +169,83 @@ func (s *rxStream) await(empty *int) error {
 		return nil
 	}
 	*empty = 0
+	if t := s.q.ctx.timeout; t > 0 {
+		s.conn.SetReadDeadline(time.Now().Add(t))
+		s.dl = true
+	} else {
+		s.clearDeadline() // handOver's
+	}
 	return s.waitReadable()
+}
+
+// handOver wakes the reader goroutine (with a deadline in the past) to
+// take the frame a waiting goroutine found incomplete and left: the reader
+// runs it as soon as it is whole, and notices a peer that stopped sending
+// it. rxMu held.
+func (s *rxStream) handOver() {
+	if !s.dl {
+		s.conn.SetReadDeadline(time.Unix(1, 0))
+		s.dl = true
+	}
+}
+
+// clearDeadline removes the read deadline a frame set, before the reader
+// goroutine sleeps between frames; rxMu held.
+func (s *rxStream) clearDeadline() {
+	if s.dl {
+		s.conn.SetReadDeadline(time.Time{})
+		s.dl = false
+	}
+}
+
+// frameReady reports whether a waiting goroutine may run the next frame:
+// it has arrived whole (in the buffer, or in the socket's receive queue),
+// so that running it never waits for the peer, or it is a large write or
+// read response, whose payload is received in pieces (payload.go). A
+// waiting goroutine that waited for the rest of a frame from a peer that
+// stopped would stop with it, and with it every wait of the process on the
+// other peers (it is their poller).
+func (s *rxStream) frameReady() bool {
+	if s.buffered() < hdrLen {
+		if s.r > 0 {
+			s.w = copy(s.buf, s.buf[s.r:s.w])
+			s.r = 0
+		}
+		if err := s.fill(); err != nil && err != errAgain {
+			return true // running it meets the error and fails the queue pair
+		}
+		if s.buffered() < hdrLen {
+			return false
+		}
+	}
+	h := s.buf[s.r : s.r+hdrLen]
+	need := hdrLen
+	n := int(binary.LittleEndian.Uint32(h[4:]))
+	switch h[0] {
+	case kReqWrite, kReqWriteImm, kRespRead:
+		if n >= resumeMin {
+			return true // received in pieces (payload.go)
+		}
+		need += n
+	case kReqSend:
+		need += n
+	}
+	return s.buffered() >= need || s.buffered()+s.inq() >= need
+}
+
+// inq is how many received bytes wait in the socket.
+func (s *rxStream) inq() int {
+	q := s.q
+	q.fdMu.RLock()
+	defer q.fdMu.RUnlock()
+	if q.fdClosed {
+		return 0
+	}
+	var n int32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(s.fd), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 {
+		return 0
+	}
+	return int(n)
 }
 
 // Read fills p completely (it is used through io.ReadFull), blocking as
@@ -226,22 +313,40 @@ func (s *rxStream) frameWaiting() (bool, error) {
 	return s.buffered() > 0, err
 }
 
-// drain runs every frame that has begun to arrive; rxMu held. It reports
-// how many it ran, and false once the stream is finished (failure or the
-// peer's goodbye), after failing the queue pair as needed.
-func (q *qp) drain() (int, bool) {
+// drain runs every frame that has begun to arrive (waiter: every frame
+// that has arrived whole, see frameReady); rxMu held. It reports how many
+// it ran, and false once the stream is finished (failure or the peer's
+// goodbye), after failing the queue pair as needed.
+func (q *qp) drain(waiter bool) (int, bool) {
 	if q.rxDone {
 		return 0, false
 	}
 	defer q.flushResponses()
 	for n := 0; ; n++ {
+		if q.cur.active {
+			done, err := q.resume(waiter)
+			if err != nil {
+				q.rxDone = true
+				q.fail(verbs.StatusTransport, q.lost(err))
+				return n, false
+			}
+			if !done {
+				q.rx.idle()
+				return n, true
+			}
+			continue
+		}
 		more, err := q.rx.frameWaiting()
 		if err != nil {
 			q.rxDone = true
-			q.fail(verbs.StatusTransport, connLost(err))
+			q.fail(verbs.StatusTransport, q.lost(err))
 			return n, false
 		}
 		if !more {
+			return n, true
+		}
+		if waiter && !q.rx.frameReady() {
+			q.rx.idle()
 			return n, true
 		}
 		if !q.step(q.rx) {
@@ -257,7 +362,7 @@ func (q *qp) poll() int {
 	if q.rx == nil || !q.rxMu.TryLock() {
 		return 0
 	}
-	n, _ := q.drain()
+	n, _ := q.drain(true)
 	q.rxMu.Unlock()
 	return n
 }
@@ -424,24 +529,28 @@ func (g *progress) spinReader() {
 	}
 }
 
-// connLost is the error of a stream that ended or failed.
-func connLost(err error) error { return fmt.Errorf("connection lost: %w", err) }
-
 // step reads one frame from fr and runs it: a request of the peer executes
 // against registered memory, a response completes one of this side's
 // requests. It returns false once the stream is finished, having failed the
 // queue pair if it ended badly. The caller owns the stream (rxMu).
 func (q *qp) step(fr frameReader) bool {
 	if _, err := io.ReadFull(fr, q.rxHdr[:]); err != nil {
-		q.fail(verbs.StatusTransport, connLost(err))
+		q.fail(verbs.StatusTransport, q.lost(err))
 		return false
 	}
 	var f frame
 	if err := f.decode(&q.rxHdr); err != nil {
-		q.fail(verbs.StatusTransport, err)
+		q.fail(verbs.StatusTransport, q.lost(err))
 		return false
 	}
 	acquire()
+	if q.resumable(fr, &f) {
+		if err := q.begin(&f); err != nil {
+			q.fail(verbs.StatusTransport, q.lost(err))
+			return false
+		}
+		return true // drain goes on with its payload
+	}
 	var err error
 	switch {
 	case f.kind < kRespAck:
@@ -454,7 +563,7 @@ func (q *qp) step(fr frameReader) bool {
 		err = q.complete(fr, &f)
 	}
 	if err != nil {
-		q.fail(verbs.StatusTransport, err)
+		q.fail(verbs.StatusTransport, q.lost(err))
 		return false
 	}
 	return true

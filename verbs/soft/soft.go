@@ -67,6 +67,9 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: timeout %v", verbs.ErrInvalid, cfg.Timeout)
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("soft: listen on %s: %w", addr, err)
@@ -76,6 +79,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 		secret:  append([]byte(nil), cfg.Secret...),
 		qps:     map[uint32]*qp{},
 		waiting: map[uint32]net.Conn{},
+		timeout: cfg.Timeout,
 	}
 	c.prog.spinFor = spin
 	var b [4]byte
@@ -92,6 +96,10 @@ type context struct {
 	secret  []byte
 	regions regionTable
 	nextQPN atomic.Uint32
+	// timeout bounds a write to a peer that takes no data, a frame the
+	// peer stopped sending halfway, and the wait of Dereg for requests the
+	// peer does not answer (verbs.Config.Timeout; 0: none).
+	timeout time.Duration
 
 	mu      sync.Mutex
 	qps     map[uint32]*qp      // by number

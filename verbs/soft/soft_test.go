@@ -17,6 +17,7 @@ var secret = []byte("test secret of the job")
 // side is one end of a connected pair: its own context, region and queues.
 type side struct {
 	ctx    verbs.Context
+	pd     verbs.PD
 	mr     verbs.MR
 	buf    []byte
 	qp     verbs.QP
@@ -24,14 +25,14 @@ type side struct {
 	recvCQ verbs.CQ
 }
 
-func newSide(t *testing.T, size int) *side {
+func newSide(t testing.TB, size int) *side {
 	t.Helper()
 	ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pd, _ := ctx.AllocPD()
-	s := &side{ctx: ctx, buf: make([]byte, size)}
+	s := &side{ctx: ctx, pd: pd, buf: make([]byte, size)}
 	if s.mr, err = pd.RegMR(s.buf, verbs.AccessAll); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func newSide(t *testing.T, size int) *side {
 }
 
 // connected returns two sides in separate contexts with connected QPs.
-func connected(t *testing.T, size int) (*side, *side) {
+func connected(t testing.TB, size int) (*side, *side) {
 	a, b := newSide(t, size), newSide(t, size)
 	errc := make(chan error, 1)
 	go func() { errc <- b.qp.Connect(a.qp.Endpoint()) }()

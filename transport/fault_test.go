@@ -1,0 +1,335 @@
+package transport
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rmago/rmago/internal/launch"
+	"github.com/rmago/rmago/verbs"
+)
+
+// Faults of a peer as the fabric reports them (issue 10): a rank that left
+// the job fails at once what still needs it, a stopped rank fails a send
+// after the timeout, and every error names the rank and is told apart with
+// errors.Is.
+
+// hangBound bounds what must not hang, so that a regression fails instead
+// of blocking the suite; it is no measure of speed.
+const hangBound = 2 * time.Minute
+
+// openFabrics opens an n-rank job in this process over loopback sockets.
+func openFabrics(t *testing.T, n int, timeout time.Duration) []*Fabric {
+	t.Helper()
+	port, err := launch.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretHex, _ := launch.NewSecret()
+	secret, _ := hex.DecodeString(secretHex)
+	fs := make([]*Fabric, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			b, err := Rendezvous(RendezvousConfig{Rank: r, Size: n, Rendezvous: fmt.Sprintf("127.0.0.1:%d", port), Secret: secret, Addr: "127.0.0.1"})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			fs[r], errs[r] = Open(b, Options{Provider: "soft", Timeout: timeout})
+		})
+	}
+	wg.Wait()
+	for _, f := range fs {
+		if f != nil {
+			t.Cleanup(func() { f.Close() })
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// onRanks runs fn on each fabric in its own goroutine and fails the test
+// with the ranks' errors.
+func onRanks(t *testing.T, fs []*Fabric, fn func(f *Fabric) error) {
+	t.Helper()
+	errs := make([]error, len(fs))
+	var wg sync.WaitGroup
+	for r, f := range fs {
+		wg.Go(func() { errs[r] = fn(f) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// awaitGone drives f until it has noticed that rank r left, the way a
+// goroutine polling its own memory does (LocalWait, as PSCW's Start).
+func awaitGone(f *Fabric, r int) error {
+	w := f.NewLocalWait()
+	defer w.Done()
+	for f.Err(r) == nil {
+		if !w.Pause() {
+			return fmt.Errorf("rank %d's departure not noticed", r)
+		}
+	}
+	if err := f.Err(r); !errors.Is(err, ErrPeerGone) || !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
+		return fmt.Errorf("rank %d's error: %v", r, err)
+	}
+	return nil
+}
+
+// TestPeerLeftFailsWaits (issue 10 item 6): a rank that closes early ends,
+// at once and not at the timeout, every wait that still needs it: a
+// notification wait for a notification it never sent, a local-memory wait
+// on it (PSCW's Start polls that way), and posts and flushes to it. A
+// notification it sent before leaving still counts.
+func TestPeerLeftFailsWaits(t *testing.T) {
+	// The timeout is far longer than the test: every error must come from
+	// the departure, not from the timer.
+	fs := openFabrics(t, 3, hangBound)
+	const early, never = 0x8000_0010, 0x8000_0020
+	// Rank 2 notifies the others with tag early, then leaves.
+	for _, r := range []int{0, 1} {
+		if err := fs[2].Notify(r, early); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fs[2].Flush(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs[2].Flush(1); err != nil {
+		t.Fatal(err)
+	}
+	fs[2].Close()
+	onRanks(t, fs[:2], func(f *Fabric) error {
+		if err := awaitGone(f, 2); err != nil {
+			return err
+		}
+		// Rank 2's early notification arrived before it left: with the
+		// other live rank's, the wait completes.
+		if err := f.Notify(1-f.Rank(), early); err != nil {
+			return err
+		}
+		if err := f.WaitNotify(early, 2, f.othersFn); err != nil {
+			return fmt.Errorf("wait for a notification rank 2 sent before leaving: %w", err)
+		}
+		// A notification rank 2 never sent fails the wait at once.
+		if err := f.Notify(1-f.Rank(), never); err != nil {
+			return err
+		}
+		if err := f.WaitNotify(never, 2, f.othersFn); !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), "rank 2") {
+			return fmt.Errorf("wait for a notification of a rank that left: %v", err)
+		}
+		if _, err := f.WaitNotifyEither(never, never|1, 2); !errors.Is(err, ErrPeerGone) {
+			return fmt.Errorf("fence-style wait with a rank that left: %v", err)
+		}
+		if err := f.Notify(2, never); !errors.Is(err, ErrPeerGone) {
+			return fmt.Errorf("notify a rank that left: %v", err)
+		}
+		if err := f.Flush(2); !errors.Is(err, ErrPeerGone) {
+			return fmt.Errorf("flush to a rank that left: %v", err)
+		}
+		// The live ranks go on with each other.
+		return f.Flush(1 - f.Rank())
+	})
+}
+
+// Environment of TestStoppedPeerChild, set by TestStoppedPeer.
+const (
+	envStopChild = "RMAGO_TEST_STOPPED_CHILD" // rendezvous address
+	envStopKey   = "RMAGO_TEST_STOPPED_KEY"   // the job's secret, hex
+)
+
+// stoppedSize is the window the stopped rank exposes: larger than what
+// the sockets between two ranks buffer, so a write of it blocks.
+const stoppedSize = 32 << 20
+
+// TestStoppedPeerChild is rank 1 of TestStoppedPeer, in a process of its
+// own: it joins the job, exposes a window, and waits to be stopped and
+// killed.
+func TestStoppedPeerChild(t *testing.T) {
+	rdv := os.Getenv(envStopChild)
+	if rdv == "" {
+		t.Skip("run by TestStoppedPeer")
+	}
+	secret, _ := hex.DecodeString(os.Getenv(envStopKey))
+	b, err := Rendezvous(RendezvousConfig{Rank: 1, Size: 2, Rendezvous: rdv, Secret: secret, Addr: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(b, Options{Provider: "soft", Timeout: hangBound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := sharedRegion(f, stoppedSize); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(hangBound) // stopped, then killed, meanwhile
+}
+
+// sharedRegion allocates and registers size bytes on every rank and
+// gathers each rank's address and rkey (8 + 4 bytes) into all.
+func sharedRegion(f *Fabric, size int) (*Memory, verbs.MR, [][]byte, error) {
+	mem, err := AllocMemory(size)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	desc := make([]byte, 12)
+	putU64(desc, mr.Addr())
+	putU32(desc[8:], mr.RKey())
+	all := make([][]byte, f.Size())
+	for i := range all {
+		all[i] = make([]byte, 12)
+	}
+	return mem, mr, all, f.Allgather(desc, all)
+}
+
+// TestStoppedPeer (item 3): a put to a rank whose process is stopped
+// (SIGSTOP), so that it reads nothing, fails after the timeout with an
+// error naming the rank, instead of blocking in a socket write for ever.
+func TestStoppedPeer(t *testing.T) {
+	if os.Getenv(envStopChild) != "" {
+		t.Skip("a rank of TestStoppedPeer")
+	}
+	port, err := launch.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdv := fmt.Sprintf("127.0.0.1:%d", port)
+	secretHex, _ := launch.NewSecret()
+	secret, _ := hex.DecodeString(secretHex)
+	child := exec.Command(os.Args[0], "-test.run", "^TestStoppedPeerChild$")
+	child.Env = append(os.Environ(), envStopChild+"="+rdv, envStopKey+"="+secretHex)
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		child.Process.Signal(syscall.SIGCONT)
+		child.Process.Kill()
+		child.Wait()
+	}()
+	b, err := Rendezvous(RendezvousConfig{Rank: 0, Size: 2, Rendezvous: rdv, Secret: secret, Addr: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(b, Options{Provider: "soft", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, mr, all, err := sharedRegion(f, stoppedSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// The first writes fill the sockets; one of them blocks, until the
+		// timeout fails the connection. Later ones fail at once.
+		local := Local{Addr: mr.Addr(), LKey: mr.LKey()}
+		remote := Remote{Addr: getU64(all[1]), RKey: getU32(all[1][8:])}
+		for range 4 {
+			if _, err := f.Write(1, local, remote, stoppedSize); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- f.Flush(1)
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(hangBound):
+		t.Fatal("a put to a stopped rank hangs")
+	}
+	if !errors.Is(err, ErrPeer) || !errors.Is(err, ErrTimeout) || !errors.Is(err, verbs.ErrTimeout) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("put to a stopped rank: %v", err)
+	}
+	t.Log(err)
+}
+
+// TestLeaveBeforeDereg (item 8): a rank that ends disconnects before it
+// deregisters its memory, so a peer still putting to that memory is told
+// that the rank left (ErrPeerGone), not that its access was refused
+// (verbs.ErrRemoteAccess).
+func TestLeaveBeforeDereg(t *testing.T) {
+	fs := openFabrics(t, 2, hangBound)
+	type shared struct {
+		mr  verbs.MR
+		all [][]byte
+	}
+	sh := make([]shared, 2)
+	onRanks(t, fs, func(f *Fabric) error {
+		_, mr, all, err := sharedRegion(f, 4096)
+		sh[f.Rank()] = shared{mr, all}
+		return err
+	})
+	if t.Failed() {
+		return
+	}
+	started := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { // rank 0 puts to rank 1 until that fails
+		f, mr, all := fs[0], sh[0].mr, sh[0].all
+		local := Local{Addr: mr.Addr(), LKey: mr.LKey()}
+		remote := Remote{Addr: getU64(all[1]), RKey: getU32(all[1][8:])}
+		for i := 0; ; i++ {
+			if _, err := f.Write(1, local, remote, 64); err != nil {
+				errc <- err
+				return
+			}
+			if i%16 == 0 {
+				if err := f.Flush(1); err != nil {
+					errc <- err
+					return
+				}
+			}
+			if i == 64 {
+				close(started)
+			}
+		}
+	}()
+	<-started
+	fs[1].Disconnect()
+	sh[1].mr.Dereg()
+	err := <-errc
+	if !errors.Is(err, ErrPeerGone) || errors.Is(err, verbs.ErrRemoteAccess) {
+		t.Fatalf("put to a rank that left: %v", err)
+	}
+}
+
+// TestTimeoutNamesWait (item 8): a wait that reaches the timeout says
+// which operation waited for which ranks.
+func TestTimeoutNamesWait(t *testing.T) {
+	fs := openFabrics(t, 3, 300*time.Millisecond)
+	const tag = 0x8000_0030
+	// Rank 1 notifies rank 0; rank 2 does not.
+	if err := fs[1].Notify(0, tag); err != nil {
+		t.Fatal(err)
+	}
+	err := fs[0].WaitNotify(tag, 2, fs[0].othersFn)
+	if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "notification wait: 1 of 2") || !strings.Contains(err.Error(), "rank(s) [2]") {
+		t.Fatalf("notification wait past the timeout: %v", err)
+	}
+	t.Log(err)
+}

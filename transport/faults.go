@@ -1,0 +1,98 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// Faults: how a failed peer, a peer that left and a wait that timed out
+// are reported. Every error names the rank; errors.Is tells them apart:
+//
+//   - ErrPeerGone: the peer closed its end in order (it called Close, or
+//     its program ended): nothing more sent to it runs. It is also ErrPeer.
+//   - ErrPeer: the peer failed (its process died, the connection broke, it
+//     refused a request); with ErrTimeout too when it stopped taking or
+//     sending data for the timeout (a stopped or hung process).
+//   - ErrTimeout: a wait reached RMAGO_TIMEOUT.
+
+// ErrPeerGone means the peer left the job: it closed its end of the
+// connection in order. errors.Is(err, ErrPeer) holds too.
+var ErrPeerGone error = peerGone{}
+
+type peerGone struct{}
+
+func (peerGone) Error() string { return "transport: peer left the job" }
+
+// Is makes a departure a peer failure too, for the operations that still
+// needed the peer.
+func (peerGone) Is(target error) bool { return target == ErrPeer }
+
+// peerErr is rank r's sticky error after a failure whose cause is the
+// provider's (verbs.ErrorReporter) or, without one, the completion's.
+func (f *Fabric) peerErr(p *peer, wc *verbs.WC) error {
+	var cause error
+	if er, ok := p.qp.(verbs.ErrorReporter); ok {
+		cause = er.Err()
+	}
+	if cause == nil {
+		if wc == nil {
+			return nil
+		}
+		cause = wc.Err()
+	}
+	return rankErr(p.rank, cause)
+}
+
+// rankErr wraps cause, a failure of the connection to rank r.
+func rankErr(r int, cause error) error {
+	switch {
+	case errors.Is(cause, verbs.ErrPeerClosed):
+		return fmt.Errorf("%w: rank %d closed its connection; operations that need it fail (did it call Close early, or return from main?): %w", ErrPeerGone, r, cause)
+	case errors.Is(cause, verbs.ErrTimeout):
+		return fmt.Errorf("%w: rank %d (%w; raise RMAGO_TIMEOUT if it is only slow): %w", ErrPeer, r, ErrTimeout, cause)
+	}
+	return fmt.Errorf("%w: rank %d: %w", ErrPeer, r, cause)
+}
+
+// waitOp says what a wait waits for: it names the wait in its errors and
+// tells which failed ranks it still needs. It is passed by value, so that
+// waiting allocates nothing.
+type waitOp struct {
+	what  string    // the operation: "flush", "wait", ...
+	rank  int       // the rank whose requests it waits for, or -1
+	seq   uint64    // that rank's request
+	tags  [2]uint32 // notification waits: the tags
+	ntags int
+	count int // notification waits: how many
+}
+
+// timeoutErr is the error of a wait that reached its deadline; f.mu held.
+func (f *Fabric) timeoutErr(op waitOp, deadline time.Time, from func(yield func(int) bool)) error {
+	var what string
+	switch {
+	case op.rank >= 0:
+		what = fmt.Sprintf("%s: request %d to rank %d did not complete", op.what, op.seq, op.rank)
+	case op.ntags > 0:
+		var missing []int
+		if from != nil {
+			from(func(r int) bool {
+				if !f.delivered(r) {
+					missing = append(missing, r)
+				}
+				return true
+			})
+		}
+		n := 0
+		for _, tag := range op.tags[:op.ntags] {
+			n += f.noteCount(tag)
+		}
+		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from rank(s) %v", op.what, n, op.count, op.tags[0], missing)
+	default:
+		what = op.what
+	}
+	return fmt.Errorf("%w: %s within %v (deadline %s; RMAGO_TIMEOUT sets the bound; is a rank stopped, hung or not calling the matching operation?)",
+		ErrTimeout, what, f.timeout, deadline.Format("15:04:05.000"))
+}

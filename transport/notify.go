@@ -1,0 +1,140 @@
+package transport
+
+import "github.com/rmago/rmago/verbs"
+
+// Notifications: zero-length RDMA writes with immediate data, counted by
+// tag as the target's posted receives take them, and by sender, so that a
+// wait can tell a sender that failed or left before it notified (the wait
+// fails at once) from one that notified and then left (it counts).
+
+// tagNotes counts the notifications of one tag that arrived and were not
+// consumed yet: in all, and by sender.
+type tagNotes struct {
+	n    int
+	from []int32 // by rank
+}
+
+// notesOf returns tag's counts, made on first use; f.mu held.
+func (f *Fabric) notesOf(tag uint32) *tagNotes {
+	t := f.notes[tag]
+	if t == nil {
+		t = &tagNotes{from: make([]int32, f.size)}
+		f.notes[tag] = t
+	}
+	return t
+}
+
+// noteCount is how many notifications with tag wait; f.mu held.
+func (f *Fabric) noteCount(tag uint32) int {
+	if t := f.notes[tag]; t != nil {
+		return t.n
+	}
+	return 0
+}
+
+// noteArrived records a notification from rank r; f.mu held.
+func (f *Fabric) noteArrived(tag uint32, r int) {
+	t := f.notesOf(tag)
+	t.n++
+	t.from[r]++
+}
+
+// consume takes count notifications of t, one per sender (each sender of
+// a round sends one: barriers and fences alternate tags between rounds, so
+// a tag never holds two rounds of a sender); f.mu held.
+func (t *tagNotes) consume(count int) {
+	t.n -= count
+	for r := range t.from {
+		if count == 0 {
+			return
+		}
+		if t.from[r] > 0 {
+			t.from[r]--
+			count--
+		}
+	}
+}
+
+// delivered reports whether rank r's notification for the running wait
+// (f.scan) has arrived; f.mu held.
+func (f *Fabric) delivered(r int) bool {
+	for _, tag := range f.scan.tags[:f.scan.ntags] {
+		if t := f.notes[tag]; t != nil && t.from[r] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Notify sends rank r a notification carrying tag, ordered after every
+// request posted to r before it: when r sees the tag, it sees their effects.
+func (f *Fabric) Notify(r int, tag uint32) error {
+	p := f.peers[r]
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	p.noteWR = verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag}
+	_, err := f.postLocked(p, &p.noteWR)
+	return err
+}
+
+// WaitNotify waits until count notifications with tag have arrived (from
+// any ranks) and consumes them. from lists the ranks expected to send one
+// each: if one of them fails or leaves the job before its notification
+// arrived, the wait fails at once instead of waiting for the timeout (one
+// that notified and then left counts).
+func (f *Fabric) WaitNotify(tag uint32, count int, from func(yield func(int) bool)) error {
+	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{tag}, ntags: 1, count: count}
+	err := f.waitFor(func() bool { return f.noteCount(tag) >= count }, op, from)
+	if err == nil {
+		f.mu.Lock()
+		f.notesOf(tag).consume(count)
+		f.mu.Unlock()
+	}
+	return err
+}
+
+// WaitNotifyEither waits until count notifications tagged a or b have
+// arrived in all, consumes them, and reports how many carried b. Every
+// other rank is expected to send one; one that fails or leaves before it
+// did fails the wait at once.
+func (f *Fabric) WaitNotifyEither(a, b uint32, count int) (int, error) {
+	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{a, b}, ntags: 2, count: count}
+	err := f.waitFor(func() bool { return f.noteCount(a)+f.noteCount(b) >= count }, op, f.othersFn)
+	if err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ta, tb := f.notesOf(a), f.notesOf(b)
+	nb := min(tb.n, count)
+	tb.n -= nb
+	ta.n -= count - nb
+	// Each sender sent one of the two.
+	for r := range ta.from {
+		if ta.from[r] > 0 {
+			ta.from[r]--
+		} else if tb.from[r] > 0 {
+			tb.from[r]--
+		}
+	}
+	return nb, nil
+}
+
+// TestNotify consumes count notifications with tag if they have arrived,
+// making progress once without blocking.
+func (f *Fabric) TestNotify(tag uint32, count int) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.polling {
+		n, err := f.cq.Poll(f.wcs)
+		if err != nil {
+			return false, err
+		}
+		f.dispatch(f.wcs[:n])
+	}
+	if f.noteCount(tag) >= count {
+		f.notesOf(tag).consume(count)
+		return true, nil
+	}
+	return false, nil
+}
