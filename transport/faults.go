@@ -110,7 +110,11 @@ func (f *Fabric) timeoutErr(op waitOp, deadline time.Time, from func(yield func(
 		for _, tag := range op.tags[:op.ntags] {
 			n += f.noteCount(tag)
 		}
-		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from rank(s) %v", op.what, n, op.count, op.tags[0], missing)
+		from := fmt.Sprintf("ranks %v", missing)
+		if len(missing) == 1 {
+			from = fmt.Sprintf("rank %d", missing[0])
+		}
+		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from %s", op.what, n, op.count, op.tags[0], from)
 	default:
 		what = op.what
 	}
