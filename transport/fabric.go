@@ -380,7 +380,7 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 		// request. Signalling every signalGap requests guarantees there is
 		// one well inside the queue.
 		target := p.lastSignaled
-		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target}, nil); err != nil {
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target, fails: true}, nil); err != nil {
 			return 0, err
 		}
 	}
@@ -438,7 +438,7 @@ func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
 		// Reclaim the queue as postLocked does; chains are far shorter
 		// than signalGap, so a signalled request is well inside it.
 		target := p.lastSignaled
-		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target}, nil); err != nil {
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target, fails: true}, nil); err != nil {
 			return 0, err
 		}
 	}
@@ -492,7 +492,7 @@ func (f *Fabric) Wait(r int, seq uint64) error {
 		}
 	}
 	p.postMu.Unlock()
-	return f.waitFor(func() bool { return p.done.Load() >= seq }, waitOp{what: "wait", rank: r, seq: seq}, nil)
+	return f.waitFor(func() bool { return p.done.Load() >= seq }, waitOp{what: "wait", rank: r, seq: seq, fails: true}, nil)
 }
 
 // Test reports whether request seq to rank r has completed, making
@@ -664,7 +664,7 @@ func (f *Fabric) Flush(r int) error {
 		target = seq
 	}
 	p.postMu.Unlock()
-	return f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "flush", rank: r, seq: target}, nil)
+	return f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "flush", rank: r, seq: target, fails: true}, nil)
 }
 
 // FlushAll flushes every peer, the rank itself included.
@@ -747,7 +747,11 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 		if errors.Is(err, verbs.ErrTimeout) {
 			if !cond() {
 				f.scan = op
-				return f.timeoutErr(op, deadline, from)
+				terr := f.timeoutErr(op, deadline, from)
+				if op.fails && op.rank >= 0 {
+					return f.failPeer(op.rank, terr)
+				}
+				return terr
 			}
 		} else if err != nil {
 			f.failed = fmt.Errorf("transport: completion queue: %w", err)

@@ -66,7 +66,28 @@ type waitOp struct {
 	seq   uint64    // that rank's request
 	tags  [2]uint32 // notification waits: the tags
 	ntags int
-	count int // notification waits: how many
+	count int  // notification waits: how many
+	fails bool // a timeout fails the connection to rank (failPeer)
+}
+
+// failPeer fails the connection to rank r after a wait for one of its
+// requests reached the timeout (err): like a NIC whose retries ran out, the
+// fabric gives the peer up. The error becomes r's sticky error, so every
+// later operation to r fails at once instead of waiting out the timeout
+// again, and the queue pair enters the error state, so its outstanding
+// requests complete and release the memory they hold (deregistering it
+// need not wait). f.mu held.
+func (f *Fabric) failPeer(r int, err error) error {
+	p := f.peers[r]
+	e := fmt.Errorf("%w: rank %d gave no answer within %v, its connection is closed (is it stopped or hung?): %w", ErrPeer, r, f.timeout, err)
+	if old := p.err.Load(); old != nil {
+		return *old
+	}
+	p.err.Store(&e)
+	if s, ok := p.qp.(verbs.ErrorSetter); ok && p.selfRx == nil {
+		s.SetError(fmt.Errorf("%w: the fabric gave rank %d up after %v without an answer", verbs.ErrTimeout, r, f.timeout))
+	}
+	return e
 }
 
 // timeoutErr is the error of a wait that reached its deadline; f.mu held.
@@ -89,7 +110,11 @@ func (f *Fabric) timeoutErr(op waitOp, deadline time.Time, from func(yield func(
 		for _, tag := range op.tags[:op.ntags] {
 			n += f.noteCount(tag)
 		}
-		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from rank(s) %v", op.what, n, op.count, op.tags[0], missing)
+		from := fmt.Sprintf("ranks %v", missing)
+		if len(missing) == 1 {
+			from = fmt.Sprintf("rank %d", missing[0])
+		}
+		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from %s", op.what, n, op.count, op.tags[0], from)
 	default:
 		what = op.what
 	}

@@ -264,6 +264,15 @@ type ErrorReporter interface {
 	Err() error
 }
 
+// ErrorSetter is implemented by queue pairs that can be moved to the error
+// state on demand, as ibv_modify_qp to IBV_QPS_ERR does: every outstanding
+// request completes with an error and later posts fail; cause is what Err
+// reports. The transport does it to a peer that did not complete a request
+// within the timeout, as a NIC does once its retries are exhausted.
+type ErrorSetter interface {
+	SetError(cause error)
+}
+
 // PD is a protection domain: memory regions and queue pairs made in one
 // domain can be used together, as struct ibv_pd.
 type PD interface {

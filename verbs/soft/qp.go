@@ -513,6 +513,10 @@ func (q *qp) stateErr() error {
 	return fmt.Errorf("%w: %w", verbs.ErrQPState, q.failErr)
 }
 
+// SetError moves the queue pair to the error state (verbs.ErrorSetter):
+// its connection closes, so the peer sees it fail too.
+func (q *qp) SetError(cause error) { q.fail(verbs.StatusTransport, cause) }
+
 // Err says why the queue pair entered the error state, or nil
 // (verbs.ErrorReporter).
 func (q *qp) Err() error {
