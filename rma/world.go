@@ -245,6 +245,9 @@ func (w *World) Close() error {
 		l.quiesce()
 	}
 	err := w.f.Barrier()
+	// Leave before deregistering: a peer still sending here is told that
+	// this rank left (ErrPeerGone), not that its access was refused.
+	w.f.Disconnect()
 	for _, l := range left {
 		l.release()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
 )
 
@@ -84,6 +85,7 @@ func (f *Fabric) failPeer(r int, err error) error {
 		return *old
 	}
 	p.err.Store(&e)
+	launch.NotifyPeerLost(r) // rmarun names the first failure, not this rank's
 	if s, ok := p.qp.(verbs.ErrorSetter); ok && p.selfRx == nil {
 		s.SetError(fmt.Errorf("%w: the fabric gave rank %d up after %v without an answer", verbs.ErrTimeout, r, f.timeout))
 	}
