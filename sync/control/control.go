@@ -19,9 +19,10 @@ const verbsAccessAll = verbs.AccessAll
 // Word indices in a control region. Each word is 8 bytes, 8-byte aligned.
 const (
 	// Lock is the per-target lock word: bit 63 (ExclusiveBit) set while a
-	// rank holds the exclusive lock on this rank's window; bits 32-61 count
-	// exclusive lockers waiting for it; the low 32 bits count shared
-	// holders (sync/lock describes the protocol).
+	// rank holds the exclusive lock on this rank's window, bits 40-62 then
+	// holding the holder's rank + 1; bits 20-39 count exclusive lockers
+	// waiting for it; bits 0-19 count shared holders (sync/lock describes
+	// the protocol).
 	Lock = 0
 	// Global is meaningful at the leader (rank 0) only: it keeps lock_all
 	// and exclusive locks apart without touching every rank, counting the
