@@ -28,8 +28,9 @@ const (
 	// and exclusive locks apart without touching every rank, counting the
 	// holders and waiters of each (sync/lock describes its fields).
 	Global = 1
-	// Complete counts PSCW completions received: each origin of an access
-	// epoch to this rank adds 1 when it completes.
+	// Complete is no longer used: PSCW counts completions per origin
+	// (CompleteFrom), so that a wait that times out can name the ranks
+	// that did not complete.
 	Complete = 2
 	// Scratch is the first of ScratchWords words where the results of this
 	// rank's own remote atomics land (old values of fetch-add and
@@ -48,8 +49,13 @@ const (
 // different targets may be taken concurrently.
 func LockResult(size, t int) int { return PostBase + size + 2*t }
 
+// CompleteFrom is the word that counts the PSCW access epochs rank r
+// completed toward this rank (r adds 1 when it completes), in a job of
+// size ranks.
+func CompleteFrom(size, r int) int { return LockResult(size, size+1) + r }
+
 // Words is the length of a control region, in words, for a job of size ranks.
-func Words(size int) int { return LockResult(size, size+1) }
+func Words(size int) int { return CompleteFrom(size, size) }
 
 // ExclusiveBit is the exclusive flag of a Lock word.
 const ExclusiveBit = uint64(1) << 63
