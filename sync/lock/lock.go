@@ -184,6 +184,11 @@ var (
 	ErrJobSize = errors.New("lock: job too large for the lock words")
 )
 
+// errBusy marks a wait that timed out while the lock words still
+// answered (the lock stayed busy), as opposed to an atomic that did not
+// complete.
+var errBusy = errors.New("the lock stayed busy")
+
 // Leader is the rank whose Global word arbitrates between exclusive locks
 // and lock_all.
 const Leader = 0
@@ -372,7 +377,7 @@ func (l *Locks) pause(b *backoff, target int) error {
 		}
 	}
 	if !b.pause() {
-		return fmt.Errorf("%w after %v (the lock stayed busy)", transport.ErrTimeout, l.f.Timeout())
+		return fmt.Errorf("%w after %v (%w)", transport.ErrTimeout, l.f.Timeout(), errBusy)
 	}
 	return nil
 }
@@ -424,7 +429,10 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 		l.mu.Unlock()
 		if err == nil {
 			err = l.f.Wait(target, seqT)
-			if errG == nil {
+			// With target the leader, the Global release is queued behind
+			// the failed one: waiting for it would wait out a second
+			// timeout.
+			if errG == nil && (err == nil || target != Leader) {
 				if errG = l.f.Wait(Leader, seqG); errG == nil {
 					errG = l.handOver(sl, classExcl, sl.result(1))
 				}

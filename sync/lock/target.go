@@ -111,6 +111,11 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 		errT = l.f.Wait(t, seqT)
 	}
 	if errT != nil {
+		if t == Leader {
+			// The release would queue behind the failed request on the
+			// same queue pair and wait out a second timeout.
+			return errT
+		}
 		return errors.Join(errT, l.releaseGlobal(sl, classExcl))
 	}
 	gotT := sl.result(1) == 0
@@ -135,6 +140,9 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 		return nil
 	}
 	if err := l.waitTarget(sl, t, b); err != nil {
+		if t == Leader && !errors.Is(err, errBusy) {
+			return err // an atomic to the leader failed: see above
+		}
 		return errors.Join(err, l.releaseGlobal(sl, classExcl))
 	}
 	return nil
