@@ -38,8 +38,9 @@ func TestTimeoutNamesHolder(t *testing.T) {
 	)
 	cases := []struct {
 		name      string
-		exclusive bool // the holder's lock on target
-		all       bool // the holder takes lock_all instead
+		exclusive bool         // the holder's lock on target
+		all       bool         // the holder takes lock_all instead
+		lockAll   map[int]bool // these waiters take lock_all
 		want      map[int]string
 		ranks     map[int][]int
 	}{
@@ -49,6 +50,9 @@ func TestTimeoutNamesHolder(t *testing.T) {
 		{name: "shared",
 			want:  map[int]string{0: "held shared by 1 locker(s) of rank 3's window"},
 			ranks: map[int][]int{0: {target}}},
+		{name: "lockall-behind-exclusive", exclusive: true, lockAll: map[int]bool{0: true},
+			want:  map[int]string{0: "0 lock_all holder(s) and 1 exclusive lock(s) held, 1 lock_all and 0 exclusive locker(s) waiting (counts: the word does not name them); exclusive locks held by rank 2"},
+			ranks: map[int][]int{0: {Leader, holder}}},
 		{name: "lockall", all: true,
 			want:  map[int]string{0: "1 lock_all holder(s) and 0 exclusive lock(s) held"},
 			ranks: map[int][]int{0: {target, Leader}}},
@@ -84,7 +88,12 @@ func TestTimeoutNamesHolder(t *testing.T) {
 				case !waits:
 					gaveUp.Wait()
 				default:
-					err := l.Lock(target, me == 0)
+					var err error
+					if c.lockAll[me] {
+						err = l.LockAll()
+					} else {
+						err = l.Lock(target, me == 0)
+					}
 					gaveUp.Done()
 					if err == nil {
 						return fmt.Errorf("lock granted while rank %d holds a conflicting one", holder)
