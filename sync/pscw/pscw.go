@@ -324,9 +324,9 @@ func (p *PSCW) postedBy(t int) bool {
 
 // Complete ends the access epoch (MPI_Win_complete): it adds one to each
 // target's word that counts this rank's completions (control.CompleteFrom),
-// behind this rank's puts to it, and returns once
-// all the additions have completed. The caller has flushed its gets and
-// fetching atomics to the group before.
+// behind this rank's puts to it, and returns once all the additions have
+// completed. The caller has flushed its gets and fetching atomics to the
+// group before.
 func (p *PSCW) Complete() error {
 	if p.err != nil {
 		return p.err
