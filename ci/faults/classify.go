@@ -92,7 +92,7 @@ func RightClass(f Fault, c Class) bool { return slices.Contains(Expected(f), c) 
 
 // NamedRanks returns the ranks an error message names: every number, or
 // list of numbers ("ranks 1, 3 and 4", "ranks [1 3]"), that follows the
-// word "rank" or "ranks" (any case), in order, without repeats.
+// word "rank", "ranks" or "rank(s)" (any case), in order, without repeats.
 func NamedRanks(msg string) []int {
 	var out []int
 	lower := strings.ToLower(msg)
@@ -108,6 +108,8 @@ func NamedRanks(msg string) []int {
 		k := i
 		if k < len(lower) && lower[k] == 's' {
 			k++
+		} else if strings.HasPrefix(lower[k:], "(s)") {
+			k += len("(s)") // the transport's "none from rank(s) [1 3]"
 		}
 		// A list: numbers separated by spaces, commas, "and", brackets.
 		for k < len(lower) {

@@ -19,16 +19,18 @@ const verbsAccessAll = verbs.AccessAll
 // Word indices in a control region. Each word is 8 bytes, 8-byte aligned.
 const (
 	// Lock is the per-target lock word: bit 63 (ExclusiveBit) set while a
-	// rank holds the exclusive lock on this rank's window; bits 32-61 count
-	// exclusive lockers waiting for it; the low 32 bits count shared
-	// holders (sync/lock describes the protocol).
+	// rank holds the exclusive lock on this rank's window, bits 40-62 then
+	// holding the holder's rank + 1; bits 20-39 count exclusive lockers
+	// waiting for it; bits 0-19 count shared holders (sync/lock describes
+	// the protocol).
 	Lock = 0
 	// Global is meaningful at the leader (rank 0) only: it keeps lock_all
 	// and exclusive locks apart without touching every rank, counting the
 	// holders and waiters of each (sync/lock describes its fields).
 	Global = 1
-	// Complete counts PSCW completions received: each origin of an access
-	// epoch to this rank adds 1 when it completes.
+	// Complete is no longer used: PSCW counts completions per origin
+	// (CompleteFrom), so that a wait that times out can name the ranks
+	// that did not complete.
 	Complete = 2
 	// Scratch is the first of ScratchWords words where the results of this
 	// rank's own remote atomics land (old values of fetch-add and
@@ -47,8 +49,13 @@ const (
 // different targets may be taken concurrently.
 func LockResult(size, t int) int { return PostBase + size + 2*t }
 
+// CompleteFrom is the word that counts the PSCW access epochs rank r
+// completed toward this rank (r adds 1 when it completes), in a job of
+// size ranks.
+func CompleteFrom(size, r int) int { return LockResult(size, size+1) + r }
+
 // Words is the length of a control region, in words, for a job of size ranks.
-func Words(size int) int { return LockResult(size, size+1) }
+func Words(size int) int { return CompleteFrom(size, size) }
 
 // ExclusiveBit is the exclusive flag of a Lock word.
 const ExclusiveBit = uint64(1) << 63

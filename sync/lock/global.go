@@ -120,7 +120,7 @@ func (l *Locks) waitGlobal(sl *slot, c class, s uint64, b *backoff, what int) er
 			continue
 		}
 		if err := l.pause(b, what); err != nil {
-			return l.leaveGlobal(sl, c, g0, err)
+			return l.leaveGlobal(sl, c, g0, l.busyGlobal(err, sl, c, s))
 		}
 		var err error
 		if s, err = sl.read(Leader, control.Global); err != nil {

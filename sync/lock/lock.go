@@ -9,9 +9,11 @@
 // after foMPI's design:
 //
 //   - every rank's Lock word (target.go): bit 63 (control.ExclusiveBit) is
-//     set while some rank holds the exclusive lock on that rank; bits 32-61
-//     count exclusive lockers waiting for it; the low 32 bits count shared
-//     holders (and shared lockers about to withdraw);
+//     set while some rank holds the exclusive lock on that rank, and bits
+//     40-62 then hold the holder's rank + 1 (set by the same
+//     compare-and-swap, so that a waiter can name it); bits 20-39 count
+//     exclusive lockers waiting for it; bits 0-19 count shared holders
+//     (and shared lockers about to withdraw);
 //   - the leader's (rank 0's) Global word (global.go) keeps lock_all and
 //     exclusive locks apart: for each of the two classes it counts holders
 //     and waiters, and keeps a generation; a turn bit settles ties.
@@ -123,8 +125,11 @@
 //
 // An atomic to a failed rank fails at once with that connection's error. A
 // waiting Lock or LockAll also gives up as soon as any of this rank's
-// connections has failed: the lock words do not say who holds a lock, so
-// the dead rank may be the holder. After a fabric error the lock words may
+// connections has failed: the lock words do not say who holds a shared
+// lock or lock_all, so the dead rank may be the holder. A wait that times
+// out names what the word it waited on showed at its last look: the
+// exclusive holder's rank (a target's word records it), or the counts of
+// shared, lock_all and exclusive holders and waiters. After a fabric error the lock words may
 // keep a count of this rank's (the job is expected to end, as MPI's errors
 // are fatal by default).
 //
@@ -179,6 +184,11 @@ var (
 	ErrJobSize = errors.New("lock: job too large for the lock words")
 )
 
+// errBusy marks a wait that timed out while the lock words still
+// answered (the lock stayed busy), as opposed to an atomic that did not
+// complete.
+var errBusy = errors.New("the lock stayed busy")
+
 // Leader is the rank whose Global word arbitrates between exclusive locks
 // and lock_all.
 const Leader = 0
@@ -198,6 +208,7 @@ const (
 type Locks struct {
 	c    *control.Region
 	f    *transport.Fabric
+	me   int
 	size int
 
 	mu    sync.Mutex // guards state, all, nheld and nexcl; never held across a remote wait
@@ -216,7 +227,7 @@ type Locks struct {
 // It is local (not collective) and takes no lock.
 func New(c *control.Region) *Locks {
 	n := c.F.Size()
-	l := &Locks{c: c, f: c.F, size: n, state: make([]uint8, n), slots: make([]slot, n+1)}
+	l := &Locks{c: c, f: c.F, me: c.F.Rank(), size: n, state: make([]uint8, n), slots: make([]slot, n+1)}
 	for t := range l.slots {
 		l.slots[t] = slot{l: l, word: control.LockResult(n, t)}
 	}
@@ -366,7 +377,7 @@ func (l *Locks) pause(b *backoff, target int) error {
 		}
 	}
 	if !b.pause() {
-		return fmt.Errorf("%w after %v (the lock stayed busy)", transport.ErrTimeout, l.f.Timeout())
+		return fmt.Errorf("%w after %v (%w)", transport.ErrTimeout, l.f.Timeout(), errBusy)
 	}
 	return nil
 }
@@ -411,14 +422,17 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 		l.nexcl--
 		var seqT, seqG uint64
 		var errG error
-		seqT, err = sl.post(target, control.Lock, verbs.OpFetchAdd, exclusiveBit, 0, 0)
+		seqT, err = sl.post(target, control.Lock, verbs.OpFetchAdd, release(l.me), 0, 0)
 		if err == nil {
 			seqG, errG = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.minusOne(), 0, 1)
 		}
 		l.mu.Unlock()
 		if err == nil {
 			err = l.f.Wait(target, seqT)
-			if errG == nil {
+			// With target the leader, the Global release is queued behind
+			// the failed one: waiting for it would wait out a second
+			// timeout.
+			if errG == nil && (err == nil || target != Leader) {
 				if errG = l.f.Wait(Leader, seqG); errG == nil {
 					errG = l.handOver(sl, classExcl, sl.result(1))
 				}

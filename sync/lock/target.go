@@ -10,17 +10,43 @@ import (
 // A target's Lock word:
 //
 //	bit  63     exclusive: some rank holds the exclusive lock
-//	bits 32-61  exclusive lockers waiting (they hold the Global word's
+//	bits 40-62  the exclusive holder's rank + 1 (0 while bit 63 is clear),
+//	            set by the same compare-and-swap as bit 63, so that a
+//	            locker that finds the lock busy can name its holder
+//	bits 20-39  exclusive lockers waiting (they hold the Global word's
 //	            exclusive side already)
-//	bits  0-31  shared holders (and shared lockers about to withdraw)
+//	bits  0-19  shared holders (and shared lockers about to withdraw)
+//
+// Each count is at most one per rank and target, and a job locks with
+// atomics only up to maxClass ranks, so 20 bits never overflow.
 const (
-	sharedMask   = uint64(1)<<32 - 1
-	writerOne    = uint64(1) << 32
-	writerMask   = (uint64(1)<<30 - 1) << 32
+	countBits    = 20
+	sharedMask   = uint64(1)<<countBits - 1
+	writerOne    = uint64(1) << countBits
+	writerMask   = sharedMask << countBits
+	holderShift  = 2 * countBits
+	holderMask   = (uint64(1)<<(63-holderShift) - 1) << holderShift
 	minusShared  = ^uint64(0)           // -1
 	minusWriter  = ^writerOne + 1       // one waiting writer less
 	exclusiveBit = control.ExclusiveBit // adding it clears it when set
 )
+
+// taken is what rank me's compare-and-swap adds to a Lock word to take
+// the exclusive lock: bit 63 and its rank as the holder.
+func taken(me int) uint64 { return exclusiveBit | uint64(me+1)<<holderShift }
+
+// release is the addend that undoes taken(me): adding bit 63 clears it
+// (the carry leaves the word), and the holder field goes back to 0.
+func release(me int) uint64 { return exclusiveBit - uint64(me+1)<<holderShift }
+
+// holder returns the exclusive holder's rank recorded in Lock word s, or
+// -1 if the exclusive bit is clear.
+func holder(s uint64) int {
+	if s&exclusiveBit == 0 {
+		return -1
+	}
+	return int(s&holderMask>>holderShift) - 1
+}
 
 // lockShared takes a shared lock on t. A waiting writer goes first: a
 // shared locker that finds one withdraws and waits until no writer waits
@@ -38,7 +64,7 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 		case old&writerMask == 0:
 			for s := old + 1; s&exclusiveBit != 0; {
 				if err := l.pause(b, t); err != nil {
-					return withdraw(err, sl, t, minusShared)
+					return withdraw(busyTarget(err, t, s), sl, t, minusShared)
 				}
 				if s, err = sl.read(t, control.Lock); err != nil {
 					return err
@@ -51,7 +77,7 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 		}
 		for s := old; s&(exclusiveBit|writerMask) != 0; {
 			if err := l.pause(b, t); err != nil {
-				return err
+				return busyTarget(err, t, s)
 			}
 			if s, err = sl.read(t, control.Lock); err != nil {
 				return err
@@ -76,7 +102,7 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 			return err
 		}
 	}
-	seqT, errT := sl.post(t, control.Lock, verbs.OpCompareSwap, 0, exclusiveBit, 1)
+	seqT, errT := sl.post(t, control.Lock, verbs.OpCompareSwap, 0, taken(l.me), 1)
 	if err := l.f.Wait(Leader, seqG); err != nil {
 		return err
 	}
@@ -85,6 +111,11 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 		errT = l.f.Wait(t, seqT)
 	}
 	if errT != nil {
+		if t == Leader {
+			// The release would queue behind the failed request on the
+			// same queue pair and wait out a second timeout.
+			return errT
+		}
 		return errors.Join(errT, l.releaseGlobal(sl, classExcl))
 	}
 	gotT := sl.result(1) == 0
@@ -93,7 +124,7 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 		// reserved target would keep its other lockers waiting on us, and
 		// admitted writers of it would keep lock_all (and us) waiting.
 		if gotT {
-			oldG, _, err = sl.add2(Leader, control.Global, classExcl.toWait(), t, control.Lock, exclusiveBit)
+			oldG, _, err = sl.add2(Leader, control.Global, classExcl.toWait(), t, control.Lock, release(l.me))
 			gotT = false
 		} else {
 			oldG, err = sl.add(Leader, control.Global, classExcl.toWait())
@@ -109,6 +140,9 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 		return nil
 	}
 	if err := l.waitTarget(sl, t, b); err != nil {
+		if t == Leader && !errors.Is(err, errBusy) {
+			return err // an atomic to the leader failed: see above
+		}
 		return errors.Join(err, l.releaseGlobal(sl, classExcl))
 	}
 	return nil
@@ -126,7 +160,7 @@ func (l *Locks) waitTarget(sl *slot, t int, b *backoff) error {
 	s := old + writerOne
 	for {
 		if s&(exclusiveBit|sharedMask) == 0 {
-			old, err := sl.cas(t, control.Lock, s, s+minusWriter+exclusiveBit)
+			old, err := sl.cas(t, control.Lock, s, s+minusWriter+taken(l.me))
 			if err != nil || old == s {
 				return err
 			}
@@ -134,7 +168,7 @@ func (l *Locks) waitTarget(sl *slot, t int, b *backoff) error {
 			continue
 		}
 		if err := l.pause(b, t); err != nil {
-			return withdraw(err, sl, t, minusWriter)
+			return withdraw(busyTarget(err, t, s), sl, t, minusWriter)
 		}
 		if s, err = sl.read(t, control.Lock); err != nil {
 			return err

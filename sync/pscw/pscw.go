@@ -10,12 +10,14 @@
 //
 //   - PostBase+O counts the exposure epochs T was granted by rank O: O adds
 //     1 there when it posts a group containing T;
-//   - Complete counts access epochs to T that ended: each origin O of an
-//     access epoch to T adds 1 when it completes.
+//   - CompleteFrom(O) counts the access epochs to T that O ended: O adds 1
+//     there when it completes. Counting per origin (one word per rank, as
+//     for posts) lets a Wait that times out name the ranks that did not
+//     complete.
 //
 // Both only grow, so no epoch ever resets a word and consecutive epochs
 // cannot be confused: each rank counts, per target, the Starts it made
-// toward it, and sums the sizes of the groups it posted.
+// toward it, and, per origin, the groups it posted that contained it.
 //
 // # Protocol
 //
@@ -23,28 +25,30 @@
 //     Post does not wait for the atomics: it returns once they are posted.
 //     Their effect is proven by the completions Wait counts (an origin
 //     cannot complete before it saw the post), and a failure of O's
-//     connection surfaces in Wait or Test. T then expects len(group) more
-//     completions.
+//     connection surfaces in Wait or Test. T then expects one more
+//     completion from each O in group.
 //   - Start(group) on O: for each T in group, wait until O's own word
 //     PostBase+T exceeds the number of Starts O already made toward T, then
 //     count this one. Only local memory is polled (transport.LocalWait).
 //   - Complete on O: for each T of the access epoch, fetch-add
-//     T.Complete += 1, posted behind O's puts to T on the same reliable
+//     T.CompleteFrom(O) += 1, posted behind O's puts to T on the same reliable
 //     queue pair, so executed after them; all are posted before any is
 //     awaited, and Complete returns when all have completed, or at once
 //     when the provider takes payloads at post time
 //     (DeviceAttr.PostCopiesPayload, the soft provider: the puts are then
 //     locally complete, and the targets' Wait counts the atomics).
-//   - Wait on T: wait until T's own Complete word reaches the total number
-//     of completions expected by the end of this exposure epoch (the sum of
-//     the sizes of every group T posted). Test is the same check, once.
+//   - Wait on T: wait until, for each O of the posted group, T's own word
+//     CompleteFrom(O) reaches the number of T's groups that contained O
+//     (checking only the origins not yet seen complete). Test is the same
+//     check, once. A wait that times out names the origins not heard
+//     from; a Start that times out names the ranks that did not post.
 //
 // # Costs
 //
 //	Post(k ranks)   k atomics, not awaited (0 round trips)
 //	Start           0 atomics (local polling)
 //	Complete(k)     k atomics, 1 round trip (all in flight together; 0 on soft)
-//	Wait, Test      0 atomics (local polling)
+//	Wait, Test      0 atomics (local polling of k words, fewer as they arrive)
 //
 // Every Complete atomic is a signalled request, so its own completion tells
 // the fabric's Wait it is done without an extra flush request.
@@ -146,7 +150,8 @@ type PSCW struct {
 	// Exposure side.
 	posted   bool
 	exposure []int    // the open epoch's group
-	expected uint64   // completions expected by the end of the open epoch
+	missing  []int    // ranks of exposure whose completion has not arrived
+	expected []uint64 // per origin: completions expected by the end of the open epoch
 	postSeq  []uint64 // per rank: the last post atomic's sequence number
 	markE    []uint32 // group validation
 	stampE   uint32
@@ -170,7 +175,8 @@ func New(c *control.Region) *PSCW {
 	n := c.F.Size()
 	p := &PSCW{
 		c: c, f: c.F, me: c.F.Rank(), size: n,
-		exposure: make([]int, 0, n), postSeq: make([]uint64, n), markE: make([]uint32, n),
+		exposure: make([]int, 0, n), missing: make([]int, 0, n), expected: make([]uint64, n),
+		postSeq: make([]uint64, n), markE: make([]uint32, n),
 		access: make([]int, 0, n), starts: make([]uint64, n), pending: make([]int, 0, n),
 		seqs: make([]uint64, n), markA: make([]uint32, n),
 	}
@@ -247,7 +253,10 @@ func (p *PSCW) post(group []int, noCheck bool) error {
 		}
 	}
 	p.exposure = append(p.exposure[:0], group...)
-	p.expected += uint64(len(group))
+	p.missing = append(p.missing[:0], group...)
+	for _, o := range group {
+		p.expected[o]++
+	}
 	p.posted = true
 	return nil
 }
@@ -287,8 +296,8 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 				return fmt.Errorf("pscw: start: waiting for a post: %w", err)
 			}
 			if !b.Pause() {
-				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post, rank %d among them)",
-					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), p.pending[0])
+				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post: no post from %s)",
+					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), rankList(p.pending))
 			}
 			keep := p.pending[:0]
 			for _, t := range p.pending {
@@ -314,9 +323,10 @@ func (p *PSCW) postedBy(t int) bool {
 }
 
 // Complete ends the access epoch (MPI_Win_complete): it adds one to each
-// target's Complete word, behind this rank's puts to it, and returns once
-// all the additions have completed. The caller has flushed its gets and
-// fetching atomics to the group before.
+// target's word that counts this rank's completions (control.CompleteFrom),
+// behind this rank's puts to it, and returns once all the additions have
+// completed. The caller has flushed its gets and fetching atomics to the
+// group before.
 func (p *PSCW) Complete() error {
 	if p.err != nil {
 		return p.err
@@ -328,7 +338,7 @@ func (p *PSCW) Complete() error {
 	var err error
 	n := 0
 	for i, t := range p.access {
-		local, remote := p.landAt(t), p.c.RemoteAt(t, control.Complete)
+		local, remote := p.landAt(t), p.c.RemoteAt(t, control.CompleteFrom(p.size, p.me))
 		p.sge[0] = verbs.SGE{Addr: local.Addr, Length: 8, LKey: local.LKey}
 		p.wr = verbs.SendWR{Op: verbs.OpFetchAdd, Flags: verbs.Signaled, SGL: p.sge[:], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: 1}
 		seq, e := p.f.Post(t, &p.wr)
@@ -367,12 +377,12 @@ func (p *PSCW) Wait() error {
 	b := p.f.NewLocalWait()
 	defer b.Done()
 	for !p.done() {
-		if err := p.failed(p.exposure); err != nil {
+		if err := p.failed(p.missing); err != nil {
 			return fmt.Errorf("pscw: wait: %w", err)
 		}
 		if !b.Pause() {
-			return fmt.Errorf("pscw: wait: %w after %v (%d of %d completions arrived)",
-				transport.ErrTimeout, p.f.Timeout(), p.arrived(), len(p.exposure))
+			return fmt.Errorf("pscw: wait: %w after %v (%d of %d completions arrived: none from %s)",
+				transport.ErrTimeout, p.f.Timeout(), len(p.exposure)-len(p.missing), len(p.exposure), rankList(p.missing))
 		}
 	}
 	p.posted = false
@@ -391,7 +401,7 @@ func (p *PSCW) Test() (bool, error) {
 	}
 	if !p.done() {
 		p.progress()
-		if err := p.failed(p.exposure); err != nil {
+		if err := p.failed(p.missing); err != nil {
 			return false, fmt.Errorf("pscw: test: %w", err)
 		}
 		if !p.done() {
@@ -403,13 +413,30 @@ func (p *PSCW) Test() (bool, error) {
 }
 
 // done reports whether the open exposure epoch's completions have all
-// arrived. The Complete word may run ahead only with StartNoCheck origins
-// that already completed their next epoch.
-func (p *PSCW) done() bool { return p.c.Load(control.Complete) >= p.expected }
+// arrived, dropping from missing the origins whose completion has. An
+// origin's word may run ahead only with StartNoCheck origins that already
+// completed their next epoch.
+func (p *PSCW) done() bool {
+	keep := p.missing[:0]
+	for _, o := range p.missing {
+		if p.c.Load(control.CompleteFrom(p.size, o)) < p.expected[o] {
+			keep = append(keep, o)
+		}
+	}
+	p.missing = keep
+	return len(keep) == 0
+}
 
-// arrived is the number of completions of the open exposure epoch so far.
-func (p *PSCW) arrived() uint64 {
-	return p.c.Load(control.Complete) - (p.expected - uint64(len(p.exposure)))
+// rankList names ranks in an error message: "rank 3", or "ranks [1 3 4]"
+// (the first 16, then how many more), the forms the fault suite reads.
+func rankList(ranks []int) string {
+	switch {
+	case len(ranks) == 1:
+		return fmt.Sprintf("rank %d", ranks[0])
+	case len(ranks) > 16:
+		return fmt.Sprintf("ranks %v (+%d more)", ranks[:16], len(ranks)-16)
+	}
+	return fmt.Sprintf("ranks %v", ranks)
 }
 
 // failed returns the error of the first rank in ranks whose connection has
