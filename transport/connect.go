@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
@@ -29,6 +30,16 @@ import (
 // starts connecting them in the background (kick), so that a rank that
 // failed before it ever reached this one still fails the wait at once
 // (its connection is refused) rather than at the timeout.
+
+// connStats counts how this rank's peers were connected: by its own
+// request (dialed), by a peer's new request (accepted), or by a peer's
+// request that won a crossing and went to this rank's dialing queue pair
+// (handed; that Dial counts as dialed too, as it returned with it). Across
+// a job, Σaccepted + Σhanded is the number of pairs connected (one
+// connection each) and Σdialed = Σaccepted + 2·Σhanded.
+type connStats struct {
+	dialed, accepted, handed atomic.Int32
+}
 
 // lazyConnect decides whether peers are connected on first use: when the
 // provider can (verbs.ConnManager) and neither opt.Connect nor
@@ -85,6 +96,9 @@ func (f *Fabric) connectPeer(r int) (*peer, error) {
 		f.peers[r].Store(p)
 		f.connMu.Unlock()
 		err = f.cm.Dial(p.qp, f.listen[r], uint64(f.rank))
+		if err == nil {
+			f.conns.dialed.Add(1)
+		}
 		f.connMu.Lock()
 		failed := f.connected(p, err)
 		f.connMu.Unlock()
@@ -176,6 +190,9 @@ func (f *Fabric) accept(req verbs.ConnRequest) {
 		f.peers[r].Store(p)
 		f.connMu.Unlock()
 		err = req.Accept(p.qp)
+		if err == nil {
+			f.conns.accepted.Add(1)
+		}
 		f.connMu.Lock()
 		failed := f.connected(p, err)
 		f.connMu.Unlock()
@@ -187,7 +204,9 @@ func (f *Fabric) accept(req verbs.ConnRequest) {
 		req.Refuse(verbs.ErrCrossed)
 	case p.outbound && p.err.Load() == nil && !p.ready.Load():
 		f.connMu.Unlock()
-		req.Accept(p.qp) // this rank's Dial takes it
+		if req.Accept(p.qp) == nil { // this rank's Dial takes it
+			f.conns.handed.Add(1)
+		}
 	default:
 		f.connMu.Unlock()
 		req.Refuse(nil)

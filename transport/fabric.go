@@ -120,6 +120,7 @@ type Fabric struct {
 	listen []verbs.Endpoint
 	connMu sync.Mutex
 	kicked []bool // under mu
+	conns  connStats
 
 	// Progress: one goroutine polls at a time; others wait on cond.
 	mu      sync.Mutex
