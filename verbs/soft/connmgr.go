@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/rmago/rmago/internal/auth"
@@ -217,12 +218,15 @@ func (q *qp) dialOnDemand(remote verbs.Endpoint, private uint64) (net.Conn, int,
 	}
 	if err := auth.Dial(conn, q.ctx.secret, authRole, payload); err != nil {
 		conn.Close()
-		if errors.Is(err, io.EOF) {
-			// The listener closed the connection unanswered: the context
-			// is closing.
-			return nil, 0, 0, fmt.Errorf("%w: %s closed the connection during authentication: %w", verbs.ErrPeerClosed, remote.Addr, err)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Its kernel took the connection, its program does not answer.
+			return nil, 0, 0, fmt.Errorf("%w: %s did not answer the connection request within %v (is it stopped or hung?)", verbs.ErrTimeout, remote.Addr, auth.Timeout)
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+			// Its program ended, or is closing, while answering.
+			return nil, 0, 0, fmt.Errorf("%w: %s closed the connection request unanswered: %w", verbs.ErrTransport, remote.Addr, err)
 		}
-		return nil, 0, 0, fmt.Errorf("%w: %s: %v", verbs.ErrAuth, remote.Addr, err)
+		return nil, 0, 0, fmt.Errorf("%w: %s: %w", verbs.ErrAuth, remote.Addr, err)
 	}
 	var rep [8]byte
 	conn.SetReadDeadline(time.Now().Add(bound))
