@@ -67,10 +67,11 @@ func (f *Fabric) lazyConnect(opt Options) (bool, error) {
 // peerOf returns rank r's peer, connected: connecting it first if this is
 // the first contact. A connected peer costs two atomic loads.
 func (f *Fabric) peerOf(r int) (*peer, error) {
-	if p := f.peers[r].Load(); p != nil && p.ready.Load() {
-		return p, nil
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return f.connectPeer(r)
 	}
-	return f.connectPeer(r)
+	return p, nil
 }
 
 // connectPeer connects rank r, or waits until the connection that another
