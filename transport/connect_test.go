@@ -242,7 +242,7 @@ func TestCrossingConnects(t *testing.T) {
 func TestPeerGoneBeforeContact(t *testing.T) {
 	fs := openFabrics(t, 3, hangBound)
 	fs[2].Close()
-	const tag = 0x8000_0400
+	const tag, live = 0x8000_0400, 0x8000_0500
 	onRanks(t, fs[:2], func(f *Fabric) error {
 		if f.Rank() == 0 {
 			err := f.Notify(2, tag)
@@ -255,9 +255,46 @@ func TestPeerGoneBeforeContact(t *testing.T) {
 				return fmt.Errorf("wait for a rank gone before contact: %v", err)
 			}
 		}
-		if err := f.Notify(1-f.Rank(), tag); err != nil {
+		if err := f.Notify(1-f.Rank(), live); err != nil {
 			return err
 		}
-		return f.WaitNotify(tag, 1, func(yield func(int) bool) { yield(1 - f.Rank()) })
+		return f.WaitNotify(live, 1, func(yield func(int) bool) { yield(1 - f.Rank()) })
 	})
+}
+
+// TestEagerConnect: RMAGO_CONNECT=eager (Options.Connect) connects every
+// pair in Open, as the ibv provider always does: no connection is made
+// later, on either side.
+func TestEagerConnect(t *testing.T) {
+	const n = 4
+	fs, err := openFabricsWith(t, n, func(int) Options { return Options{Provider: "soft", Timeout: hangBound, Connect: "eager"} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		if f.cm != nil || len(peersOf(f)) != n-1 {
+			t.Fatalf("rank %d: lazy %v, queue pairs for %v after an eager Open", f.rank, f.cm != nil, peersOf(f))
+		}
+	}
+	onRanks(t, fs, func(f *Fabric) error { return f.Barrier() })
+	for _, f := range fs {
+		if a, d := f.conns.accepted.Load(), f.conns.dialed.Load(); a != 0 || d != 0 {
+			t.Errorf("rank %d accepted %d and dialed %d connections after Open", f.rank, a, d)
+		}
+	}
+}
+
+// TestConnectModesDisagree: ranks that disagree on connecting lazily fail
+// Open with ErrBootstrap naming the setting; a bad setting is refused.
+func TestConnectModesDisagree(t *testing.T) {
+	_, err := openFabricsWith(t, 2, func(r int) Options {
+		return Options{Provider: "soft", Timeout: hangBound, Connect: []string{"lazy", "eager"}[r]}
+	})
+	if !errors.Is(err, ErrBootstrap) || !strings.Contains(err.Error(), EnvConnect) {
+		t.Fatalf("Open with mixed modes: %v", err)
+	}
+	_, err = openFabricsWith(t, 1, func(int) Options { return Options{Provider: "soft", Connect: "sometimes"} })
+	if err == nil || !strings.Contains(err.Error(), EnvConnect) {
+		t.Fatalf("Open with a bad mode: %v", err)
+	}
 }

@@ -28,6 +28,17 @@ const hangBound = 2 * time.Minute
 // openFabrics opens an n-rank job in this process over loopback sockets.
 func openFabrics(t *testing.T, n int, timeout time.Duration) []*Fabric {
 	t.Helper()
+	fs, err := openFabricsWith(t, n, func(int) Options { return Options{Provider: "soft", Timeout: timeout} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// openFabricsWith opens an n-rank job with rank r's options opt(r); the
+// fabrics that opened are closed at the end of the test.
+func openFabricsWith(t *testing.T, n int, opt func(r int) Options) ([]*Fabric, error) {
+	t.Helper()
 	port, err := launch.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +55,7 @@ func openFabrics(t *testing.T, n int, timeout time.Duration) []*Fabric {
 				errs[r] = err
 				return
 			}
-			fs[r], errs[r] = Open(b, Options{Provider: "soft", Timeout: timeout})
+			fs[r], errs[r] = Open(b, opt(r))
 		})
 	}
 	wg.Wait()
@@ -53,10 +64,7 @@ func openFabrics(t *testing.T, n int, timeout time.Duration) []*Fabric {
 			t.Cleanup(func() { f.Close() })
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return fs
+	return fs, errors.Join(errs...)
 }
 
 // onRanks runs fn on each fabric in its own goroutine and fails the test
