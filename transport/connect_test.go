@@ -29,6 +29,16 @@ func peersOf(f *Fabric) []int {
 	return rs
 }
 
+// settled waits until f's connection attempt with rank r, if any, has
+// ended, so that its counts are final: a passive side sees a peer's first
+// requests run as soon as the connection is attached, a little before its
+// acceptor records the connection.
+func settled(f *Fabric, r int) {
+	if p := f.peers[r].Load(); p != nil && p.connDone != nil {
+		<-p.connDone
+	}
+}
+
 // exposeWord registers an 8-byte word of f's memory for remote access.
 func exposeWord(t *testing.T, f *Fabric) (*Memory, verbs.MR) {
 	t.Helper()
@@ -107,6 +117,9 @@ func TestLazyConnectsOnlyUsedPairs(t *testing.T) {
 	})
 	var accepted, handed, dialed int32
 	for r, f := range fs {
+		for o := range fs {
+			settled(f, o)
+		}
 		want := []int{}
 		if p, ok := partner[r]; ok {
 			want = []int{p}
@@ -174,6 +187,7 @@ func TestConcurrentFirstPosts(t *testing.T) {
 			t.Fatalf("old values %v, want 0..%d once each", olds, n-1)
 		}
 	}
+	settled(fs[1], 0)
 	if d, a := fs[0].conns.dialed.Load(), fs[1].conns.accepted.Load(); d != 1 || a != 1 || fs[0].conns.accepted.Load() != 0 || fs[1].conns.dialed.Load() != 0 {
 		t.Errorf("rank 0 dialed %d, rank 1 accepted %d; want one connection", d, a)
 	}
@@ -194,6 +208,7 @@ func TestFirstContactFromPassiveSide(t *testing.T) {
 	if err := awaitWord(fs[1], mem1.Bytes(), 0xfeed); err != nil {
 		t.Fatal(err)
 	}
+	settled(fs[1], 0)
 	p := fs[1].peers[0].Load()
 	if p == nil || !p.ready.Load() || p.outbound || fs[1].conns.accepted.Load() != 1 || fs[1].conns.dialed.Load() != 0 {
 		t.Fatalf("rank 1's queue pair for rank 0: %+v (accepted %d, dialed %d), want one accepted on demand", p, fs[1].conns.accepted.Load(), fs[1].conns.dialed.Load())
@@ -222,6 +237,9 @@ func TestCrossingConnects(t *testing.T) {
 	}
 	var accepted, handed, dialed int32
 	for _, f := range fs {
+		for o := range fs {
+			settled(f, o)
+		}
 		if got := len(peersOf(f)); got != n-1 {
 			t.Errorf("rank %d holds %d queue pairs, want %d", f.rank, got, n-1)
 		}
