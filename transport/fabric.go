@@ -38,6 +38,9 @@ const (
 	// EnvTimeout bounds every blocking wait (a Go duration; default 2m,
 	// 0 for none). A wait that passes it fails with ErrTimeout.
 	EnvTimeout = "RMAGO_TIMEOUT"
+	// EnvConnect says when peers are connected: lazy (default: on first
+	// use, where the provider can; connect.go) or eager (all at Open).
+	EnvConnect = "RMAGO_CONNECT"
 )
 
 // Errors of the fabric. Errors from completions wrap the verbs sentinels
@@ -65,6 +68,8 @@ type Options struct {
 	Provider string        // soft, ibv or auto; "" reads RMAGO_PROVIDER
 	Device   string        // "" reads RMAGO_DEVICE
 	Timeout  time.Duration // 0 reads RMAGO_TIMEOUT; negative means none
+	// Connect is lazy or eager (see EnvConnect); "" reads RMAGO_CONNECT.
+	Connect string
 	// Notice receives one-line notices (the auto provider's fallback);
 	// nil writes them to stderr.
 	Notice func(string)
@@ -75,6 +80,12 @@ type peer struct {
 	rank   int
 	qp     verbs.QP // requests to that rank
 	selfRx verbs.QP // for the rank itself: the receiving end of the loopback pair
+
+	// ready: qp is connected (posts go straight to it). Until then, and
+	// if connecting fails, the connection's state is below (connect.go).
+	ready    atomic.Bool
+	outbound bool          // this rank dialed it; under f.connMu
+	connDone chan struct{} // closed once connecting ended
 
 	postMu       sync.Mutex // serializes posting to this peer
 	posted       atomic.Uint64
@@ -98,9 +109,18 @@ type Fabric struct {
 	ctx     verbs.Context
 	pd      verbs.PD
 	cq      verbs.CQ
-	peers   []*peer
-	byQPN   map[uint32]*peer
+	peers   []atomic.Pointer[peer] // by rank; nil until first contact (connect.go)
+	byQPN   map[uint32]*peer       // under mu
 	timeout time.Duration
+
+	// Lazy connections (connect.go): cm is the provider's connection
+	// manager (nil: every peer was connected at Open), listen every rank's
+	// listening endpoint, kicked the ranks a wait started connecting.
+	cm     verbs.ConnManager
+	listen []verbs.Endpoint
+	connMu sync.Mutex
+	kicked []bool // under mu
+	conns  connStats
 
 	// Progress: one goroutine polls at a time; others wait on cond.
 	mu      sync.Mutex
@@ -137,13 +157,17 @@ type RemoteRegion struct {
 const gatherSlot = 64
 
 type hello struct {
-	Endpoints []verbs.Endpoint `json:"eps"`  // the QP to use to reach rank i
-	Ctrl      RemoteRegion     `json:"ctrl"` // the world control region
+	Endpoints []verbs.Endpoint `json:"eps,omitempty"`    // eager: the QP to use to reach rank i
+	Listen    *verbs.Endpoint  `json:"listen,omitempty"` // lazy: where to dial this rank
+	Ctrl      RemoteRegion     `json:"ctrl"`             // the world control region
 	Provider  string           `json:"prov"`
 }
 
 // Open connects the job's fabric: it bootstraps from b, opens the
-// provider, creates and connects a queue pair per peer, then closes b.
+// provider, exchanges what a peer needs to reach this rank, then closes b.
+// With a provider that connects on demand (verbs.ConnManager: soft) it
+// connects only the rank to itself; each peer is connected on first use
+// (connect.go). Otherwise it creates and connects a queue pair per peer.
 func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	defer b.Close()
 	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]*tagNotes{}, byQPN: map[uint32]*peer{}}
@@ -171,9 +195,24 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 		return nil, err
 	}
 	f.wcs = make([]verbs.WC, 64)
-	f.peers = make([]*peer, f.size)
-	me := hello{Endpoints: make([]verbs.Endpoint, f.size), Provider: provName}
+	f.peers = make([]atomic.Pointer[peer], f.size)
+	lazy, err := f.lazyConnect(opt)
+	if err != nil {
+		return nil, err
+	}
+	me := hello{Provider: provName}
+	if lazy {
+		ep := f.cm.ListenEndpoint()
+		me.Listen = &ep
+		f.kicked = make([]bool, f.size)
+		f.cm.Accept(f.accept)
+	} else {
+		me.Endpoints = make([]verbs.Endpoint, f.size)
+	}
 	for r := range f.peers {
+		if lazy && r != f.rank {
+			continue
+		}
 		p := &peer{rank: r}
 		if p.qp, err = f.newQP(); err != nil {
 			return nil, err
@@ -183,8 +222,10 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 				return nil, err
 			}
 		}
-		f.peers[r] = p
-		me.Endpoints[r] = p.qp.Endpoint()
+		f.peers[r].Store(p)
+		if !lazy {
+			me.Endpoints[r] = p.qp.Endpoint()
+		}
 	}
 	if f.ctrl, err = AllocMemory(2 * f.size * gatherSlot); err != nil {
 		return nil, err
@@ -202,12 +243,21 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 		return nil, err
 	}
 	hellos := make([]hello, f.size)
+	if lazy {
+		f.listen = make([]verbs.Endpoint, f.size)
+	}
 	for r, m := range all {
-		if err := json.Unmarshal(m, &hellos[r]); err != nil || len(hellos[r].Endpoints) != f.size {
+		if err := json.Unmarshal(m, &hellos[r]); err != nil {
 			return nil, fmt.Errorf("%w: bad hello from rank %d: %v", ErrBootstrap, r, err)
 		}
 		if hellos[r].Provider != provName {
 			return nil, fmt.Errorf("%w: rank %d uses provider %s, rank %d uses %s", ErrProvider, r, hellos[r].Provider, f.rank, provName)
+		}
+		if lazy != (hellos[r].Listen != nil) || (!lazy && len(hellos[r].Endpoints) != f.size) {
+			return nil, fmt.Errorf("%w: bad hello from rank %d: ranks disagree on connecting lazily (is %s the same on every rank?)", ErrBootstrap, r, EnvConnect)
+		}
+		if lazy {
+			f.listen[r] = *hellos[r].Listen
 		}
 		f.ctrlPeers = append(f.ctrlPeers, hellos[r].Ctrl)
 	}
@@ -282,14 +332,21 @@ func (f *Fabric) newQP() (verbs.QP, error) {
 	return f.pd.CreateQP(verbs.QPAttr{SendCQ: f.cq, RecvCQ: f.cq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1})
 }
 
-// connect connects every queue pair. Pairs are connected in increasing
-// peer order on every rank, which never deadlocks even for providers whose
-// Connect waits for the other side.
+// connect connects the rank to itself and, eagerly, every other queue
+// pair. Pairs are connected in increasing peer order on every rank, which
+// never deadlocks even for providers whose Connect waits for the other side.
 func (f *Fabric) connect(hellos []hello) error {
-	for r, p := range f.peers {
+	for r := range f.peers {
+		p := f.peers[r].Load()
+		if f.cm != nil && r != f.rank {
+			continue // connected on first use, by either side
+		}
+		p.ready.Store(true)
 		if r == f.rank {
 			errc := make(chan error, 1)
+			f.mu.Lock() // peers may be connecting already (lazy)
 			f.byQPN[p.selfRx.Num()] = p
+			f.mu.Unlock()
 			if err := f.postRecvs(p, p.selfRx, recvDepth); err != nil {
 				return err
 			}
@@ -303,7 +360,9 @@ func (f *Fabric) connect(hellos []hello) error {
 			continue
 		}
 		// Receives go first: a peer may notify as soon as it is connected.
+		f.mu.Lock()
 		f.byQPN[p.qp.Num()] = p
+		f.mu.Unlock()
 		if err := f.postRecvs(p, p.qp, recvDepth); err != nil {
 			return err
 		}
@@ -350,8 +409,10 @@ func (f *Fabric) SyncMemory() {
 
 // Err returns the sticky error of rank r's connection, or nil.
 func (f *Fabric) Err(r int) error {
-	if e := f.peers[r].err.Load(); e != nil {
-		return *e
+	if p := f.peers[r].Load(); p != nil {
+		if e := p.err.Load(); e != nil {
+			return *e
+		}
 	}
 	return nil
 }
@@ -361,7 +422,10 @@ func (f *Fabric) Err(r int) error {
 // it returns the request's sequence number, which Wait accepts. wr.Next
 // must be nil.
 func (f *Fabric) Post(r int, wr *verbs.SendWR) (uint64, error) {
-	p := f.peers[r]
+	p, err := f.peerOf(r)
+	if err != nil {
+		return 0, fmt.Errorf("posting a %v to rank %d: %w", wr.Op, r, err)
+	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
 	return f.postLocked(p, wr)
@@ -479,7 +543,10 @@ func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
 // request at or after seq was posted, it posts one, since only signalled
 // requests report completion.
 func (f *Fabric) Wait(r int, seq uint64) error {
-	p := f.peers[r]
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return f.Err(r) // nothing was posted to it
+	}
 	if p.done.Load() >= seq {
 		return f.Err(r)
 	}
@@ -499,7 +566,10 @@ func (f *Fabric) Wait(r int, seq uint64) error {
 // progress once without blocking (it may post a signalled request so that
 // completion can be seen at all).
 func (f *Fabric) Test(r int, seq uint64) (bool, error) {
-	p := f.peers[r]
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return true, f.Err(r) // nothing was posted to it
+	}
 	if p.done.Load() >= seq {
 		return true, f.Err(r)
 	}
@@ -647,7 +717,10 @@ func (w *LocalWait) Done() { w.f.EndProgress() }
 // Flush waits until every request posted to rank r so far has completed
 // at the target (remote completion).
 func (f *Fabric) Flush(r int) error {
-	p := f.peers[r]
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return f.Err(r) // nothing was posted to it
+	}
 	p.postMu.Lock()
 	target := p.posted.Load()
 	if p.done.Load() >= target {
@@ -670,7 +743,7 @@ func (f *Fabric) Flush(r int) error {
 // FlushAll flushes every peer, the rank itself included.
 func (f *Fabric) FlushAll() error {
 	var errs []error
-	for r := range f.peers {
+	for r := range f.size {
 		if err := f.Flush(r); err != nil {
 			errs = append(errs, err)
 		}
@@ -694,10 +767,17 @@ func (f *Fabric) waitFor(cond func() bool, op waitOp, from func(yield func(int) 
 // checkRank is the yield function waitUntil hands to its from iterator:
 // it stops at the first failed rank that the wait (f.scan) still needs,
 // leaving its error in f.scanErr. A rank that failed or left after its
-// notification arrived is not needed any more. f.mu held.
+// notification arrived is not needed any more. A rank not connected yet
+// is connected in the background (kick), so that a wait for a rank that
+// failed before it ever reached this one fails at once too. f.mu held.
 func (f *Fabric) checkRank(r int) bool {
-	if err := f.Err(r); err != nil && (f.scan.ntags == 0 || !f.delivered(r)) {
-		f.scanErr = err
+	p := f.peers[r].Load()
+	if p == nil {
+		f.kick(r)
+		return true
+	}
+	if e := p.err.Load(); e != nil && (f.scan.ntags == 0 || !f.delivered(r)) {
+		f.scanErr = *e
 		return false
 	}
 	return true
@@ -790,7 +870,10 @@ func (f *Fabric) dispatch(wcs []verbs.WC) {
 		if r >= len(f.peers) {
 			continue
 		}
-		p := f.peers[r]
+		p := f.peers[r].Load()
+		if p == nil {
+			continue
+		}
 		if wc.Status != verbs.StatusSuccess {
 			f.setErr(p, wc)
 			continue
@@ -909,10 +992,18 @@ func (f *Fabric) Allgather(mine []byte, out [][]byte) error {
 // ErrClosed. Close calls it.
 func (f *Fabric) Disconnect() {
 	f.closed.Store(true)
+	// Under connMu, so that no connection starts or is accepted after it.
+	f.connMu.Lock()
 	if f.disconnected.Swap(true) {
+		f.connMu.Unlock()
 		return
 	}
-	for _, p := range f.peers {
+	peers := make([]*peer, 0, len(f.peers))
+	for r := range f.peers {
+		peers = append(peers, f.peers[r].Load())
+	}
+	f.connMu.Unlock()
+	for _, p := range peers {
 		if p == nil {
 			continue
 		}

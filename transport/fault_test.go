@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -28,6 +29,17 @@ const hangBound = 2 * time.Minute
 // openFabrics opens an n-rank job in this process over loopback sockets.
 func openFabrics(t *testing.T, n int, timeout time.Duration) []*Fabric {
 	t.Helper()
+	fs, err := openFabricsWith(t, n, func(int) Options { return Options{Provider: "soft", Timeout: timeout} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// openFabricsWith opens an n-rank job with rank r's options opt(r); the
+// fabrics that opened are closed at the end of the test.
+func openFabricsWith(t *testing.T, n int, opt func(r int) Options) ([]*Fabric, error) {
+	t.Helper()
 	port, err := launch.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +56,7 @@ func openFabrics(t *testing.T, n int, timeout time.Duration) []*Fabric {
 				errs[r] = err
 				return
 			}
-			fs[r], errs[r] = Open(b, Options{Provider: "soft", Timeout: timeout})
+			fs[r], errs[r] = Open(b, opt(r))
 		})
 	}
 	wg.Wait()
@@ -53,10 +65,7 @@ func openFabrics(t *testing.T, n int, timeout time.Duration) []*Fabric {
 			t.Cleanup(func() { f.Close() })
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return fs
+	return fs, errors.Join(errs...)
 }
 
 // onRanks runs fn on each fabric in its own goroutine and fails the test
@@ -311,7 +320,27 @@ func stoppedChild(t *testing.T) (*Fabric, verbs.MR, [][]byte) {
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, child.Process.Pid)
 	return f, mr, all
+}
+
+// waitStopped returns once process pid is stopped (state T in
+// /proc/pid/stat): kill(2) returns before the signal has stopped every
+// thread, and a thread already running could still answer a request.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for range 10000 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name's closing parenthesis.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("process %d did not stop", pid)
 }
 
 // TestLeaveBeforeDereg (item 8): a rank that ends disconnects before it

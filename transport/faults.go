@@ -79,7 +79,10 @@ type waitOp struct {
 // requests complete and release the memory they hold (deregistering it
 // need not wait). f.mu held.
 func (f *Fabric) failPeer(r int, err error) error {
-	p := f.peers[r]
+	p := f.peers[r].Load()
+	if p == nil { // never connected: nothing of it to give up
+		return fmt.Errorf("%w: rank %d: %w", ErrPeer, r, err)
+	}
 	e := fmt.Errorf("%w: rank %d gave no answer within %v, its connection is closed (is it stopped or hung?): %w", ErrPeer, r, f.timeout, err)
 	if old := p.err.Load(); old != nil {
 		return *old

@@ -1,6 +1,10 @@
 package transport
 
-import "github.com/rmago/rmago/verbs"
+import (
+	"fmt"
+
+	"github.com/rmago/rmago/verbs"
+)
 
 // Notifications: zero-length RDMA writes with immediate data, counted by
 // tag as the target's posted receives take them, and by sender, so that a
@@ -69,11 +73,14 @@ func (f *Fabric) delivered(r int) bool {
 // Notify sends rank r a notification carrying tag, ordered after every
 // request posted to r before it: when r sees the tag, it sees their effects.
 func (f *Fabric) Notify(r int, tag uint32) error {
-	p := f.peers[r]
+	p, err := f.peerOf(r)
+	if err != nil {
+		return fmt.Errorf("notifying rank %d: %w", r, err)
+	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
 	p.noteWR = verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag}
-	_, err := f.postLocked(p, &p.noteWR)
+	_, err = f.postLocked(p, &p.noteWR)
 	return err
 }
 

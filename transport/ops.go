@@ -45,7 +45,10 @@ func (f *Fabric) CompareSwap(r int, local Local, remote Remote, compare, swap ui
 }
 
 func (f *Fabric) post(r int, op verbs.Opcode, local Local, n uint32, remote Remote, arg0, arg1 uint64) (uint64, error) {
-	p := f.peers[r]
+	p, err := f.peerOf(r)
+	if err != nil {
+		return 0, fmt.Errorf("posting a %v to rank %d: %w", op, r, err)
+	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
 	p.sge[0] = verbs.SGE{Addr: local.Addr, Length: n, LKey: local.LKey}
@@ -75,7 +78,10 @@ type Atomic struct {
 // chain instead of one per operation. It returns the last one's sequence
 // number for Wait; it allocates nothing.
 func (f *Fabric) PostAtomics(r int, ops []Atomic) (uint64, error) {
-	p := f.peers[r]
+	p, err := f.peerOf(r)
+	if err != nil {
+		return 0, fmt.Errorf("posting atomics to rank %d: %w", r, err)
+	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
 	var last uint64

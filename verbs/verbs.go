@@ -273,6 +273,57 @@ type ErrorSetter interface {
 	SetError(cause error)
 }
 
+// ConnManager is implemented by contexts that connect queue pairs on
+// demand, as the RDMA connection manager (rdma_cm) does: the context
+// listens at one endpoint, which a job publishes once per rank instead of
+// one endpoint per queue pair, and the passive side creates the queue pair
+// that takes an incoming connection when the request arrives. A job then
+// exchanges a constant amount of data per rank at start-up and connects
+// only the pairs that communicate. The soft provider implements it; the
+// ibv provider does not (an RC queue pair needs the peer's QPN and PSN
+// before it can leave INIT, which would take a connection manager or an
+// out-of-band exchange per pair), so a job on it connects every pair at
+// start-up.
+type ConnManager interface {
+	// ListenEndpoint is the endpoint peers pass to Dial.
+	ListenEndpoint() Endpoint
+	// Accept installs fn, which the context calls, in a goroutine of its
+	// own, for each authenticated connection request; fn must answer it
+	// with the request's Accept or Refuse. Until Accept is called,
+	// requests are refused.
+	Accept(fn func(ConnRequest))
+	// Dial connects q, a new queue pair of this context, to the context
+	// whose ListenEndpoint is remote, handing private to its acceptor. It
+	// returns once q is ready to send: through its own connection or,
+	// when the peer refused it with ErrCrossed (its own request to this
+	// side wins), through the peer's, which this side's acceptor hands to
+	// q with ConnRequest.Accept. A failure wraps ErrCrossed never,
+	// ErrPeerClosed when the peer refused because it is leaving, and
+	// ErrTimeout when the peer did not answer in time.
+	Dial(q QP, remote Endpoint, private uint64) error
+}
+
+// ConnRequest is a peer's request to connect, handed to the acceptor
+// installed with ConnManager.Accept.
+type ConnRequest interface {
+	// Private is what the dialer passed to Dial.
+	Private() uint64
+	// Accept connects q with the request's connection and returns once q
+	// is ready to send. q is a new queue pair of this context, or one
+	// this side is dialing the requester with (Dial, called or about to
+	// be): that Dial then takes the connection and returns, and Accept
+	// returns at once.
+	Accept(q QP) error
+	// Refuse turns the request down: with ErrCrossed when this side's own
+	// request to the dialer wins (the dialer then waits for it), with
+	// ErrPeerClosed when this side is leaving, otherwise plainly.
+	Refuse(err error)
+}
+
+// ErrCrossed is the refusal of a connection request that crossed this
+// side's own request to the same peer, which wins (see ConnManager).
+var ErrCrossed = errors.New("verbs: connection requests crossed")
+
 // PD is a protection domain: memory regions and queue pairs made in one
 // domain can be used together, as struct ibv_pd.
 type PD interface {

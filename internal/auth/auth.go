@@ -55,7 +55,7 @@ func Dial(conn net.Conn, secret []byte, role string, payload [PayloadLen]byte) e
 	defer conn.SetDeadline(time.Time{})
 	var hello [8 + 32]byte
 	if _, err := io.ReadFull(conn, hello[:]); err != nil {
-		return fmt.Errorf("%w: reading challenge: %v", ErrAuth, err)
+		return fmt.Errorf("%w: reading challenge: %w", ErrAuth, err)
 	}
 	if [8]byte(hello[:8]) != magic {
 		return fmt.Errorf("%w: not an rmago peer", ErrAuth)
@@ -68,11 +68,11 @@ func Dial(conn net.Conn, secret []byte, role string, payload [PayloadLen]byte) e
 	copy(msg[32:], payload[:])
 	copy(msg[32+PayloadLen:], mac(secret, "dial", role, nonceA, msg[:32], payload[:]))
 	if _, err := conn.Write(msg[:]); err != nil {
-		return fmt.Errorf("%w: sending proof: %v", ErrAuth, err)
+		return fmt.Errorf("%w: sending proof: %w", ErrAuth, err)
 	}
 	var reply [32]byte
 	if _, err := io.ReadFull(conn, reply[:]); err != nil {
-		return fmt.Errorf("%w: peer refused the proof: %v", ErrAuth, err)
+		return fmt.Errorf("%w: peer refused the proof: %w", ErrAuth, err)
 	}
 	if !hmac.Equal(reply[:], mac(secret, "accept", role, msg[:32], nonceA, payload[:])) {
 		return fmt.Errorf("%w: acceptor's proof is wrong", ErrAuth)

@@ -73,6 +73,11 @@ type qp struct {
 	maxRecv int
 	connCh  chan acceptedConn // authenticated connections from the listener
 
+	// connMu makes an on-demand connection's acceptance and Dial's start
+	// exclusive (connmgr.go); dialing is set, under it, once Dial started.
+	connMu  sync.Mutex
+	dialing bool
+
 	// loop is the peer queue pair when it belongs to this context: requests
 	// then execute at once (loopback.go). Set at Connect, under sendMu.
 	loop *qp
@@ -174,6 +179,9 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 		return nil, verbs.ErrClosed
 	}
 	q.num = c.nextQPN.Add(1) & 0xffffff
+	for q.num == 0 || c.qps[q.num] != nil { // 0 names no queue pair (connmgr.go)
+		q.num = c.nextQPN.Add(1) & 0xffffff
+	}
 	c.qps[q.num] = q
 	return q, nil
 }
@@ -215,6 +223,13 @@ func (q *qp) Connect(remote verbs.Endpoint) error {
 	if err != nil {
 		return err
 	}
+	return q.attach(conn, peerDepth, remote)
+}
+
+// attach makes q ready to send over conn, an authenticated connection to
+// the queue pair remote names, whose send queue is peerDepth deep: it
+// starts the connection's reader and writer goroutines.
+func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
@@ -224,6 +239,7 @@ func (q *qp) Connect(remote verbs.Endpoint) error {
 		conn.Close()
 		return fmt.Errorf("%w: closed while connecting", verbs.ErrQPState)
 	}
+	q.remote = remote
 	rx, err := newRxStream(q, conn)
 	if err != nil {
 		q.mu.Unlock()
@@ -310,6 +326,10 @@ func (c *context) acceptLoop() {
 			ac := acceptedConn{conn: conn, dialerQPN: binary.LittleEndian.Uint32(payload[4:]), peerDepth: int(binary.LittleEndian.Uint32(payload[8:]))}
 			if ac.peerDepth <= 0 || ac.peerDepth > deviceAttr().MaxQPWR {
 				conn.Close()
+				return
+			}
+			if target == 0 {
+				c.onDemand(ac, &payload)
 				return
 			}
 			c.mu.Lock()

@@ -104,8 +104,10 @@ type context struct {
 	mu      sync.Mutex
 	qps     map[uint32]*qp      // by number
 	waiting map[uint32]net.Conn // authenticated connections for QPs not yet created or connected
-	closed  bool
-	wg      sync.WaitGroup
+	// acceptFn answers on-demand connection requests (connmgr.go).
+	acceptFn func(verbs.ConnRequest)
+	closed   bool
+	wg       sync.WaitGroup
 
 	prog progress // the context's receive engines, driven by spinning (rx.go)
 }
@@ -125,7 +127,7 @@ func (c *context) CreateCQ(depth int) (verbs.CQ, error) {
 	if depth <= 0 {
 		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalid, depth)
 	}
-	return &cq{ring: make([]verbs.WC, depth), notify: make(chan struct{}, 1), prog: &c.prog}, nil
+	return &cq{ring: make([]verbs.WC, min(depth, cqInitial)), depth: depth, notify: make(chan struct{}, 1), prog: &c.prog}, nil
 }
 
 func (c *context) Close() error {
@@ -178,7 +180,8 @@ func (p *pd) Close() error { return nil }
 // goroutines and drained by Poll and Wait.
 type cq struct {
 	mu      sync.Mutex
-	ring    []verbs.WC
+	ring    []verbs.WC // grows, doubling, up to depth entries
+	depth   int
 	head, n int
 	overrun bool
 	closed  bool
@@ -191,6 +194,9 @@ type cq struct {
 // entry is lost and the next Poll reports the error.
 func (q *cq) push(wc verbs.WC) {
 	q.mu.Lock()
+	if q.n == len(q.ring) && len(q.ring) < q.depth {
+		q.grow()
+	}
 	if q.n == len(q.ring) {
 		q.overrun = true
 	} else {
@@ -202,6 +208,20 @@ func (q *cq) push(wc verbs.WC) {
 	case q.notify <- struct{}{}:
 	default:
 	}
+}
+
+// cqInitial is the entries a completion queue starts with. A queue sized
+// for every peer a job might talk to (the transport's is) grows only as
+// completions actually pile up, so that its memory follows the peers in use.
+const cqInitial = 1024
+
+// grow doubles the ring, up to depth; q.mu held.
+func (q *cq) grow() {
+	ring := make([]verbs.WC, min(2*len(q.ring), q.depth))
+	for i := range q.n {
+		ring[i] = q.ring[(q.head+i)%len(q.ring)]
+	}
+	q.ring, q.head = ring, 0
 }
 
 func (q *cq) Poll(wc []verbs.WC) (int, error) {
