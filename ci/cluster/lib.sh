@@ -65,8 +65,7 @@ netns_down() {
 
 # ---- munge and Slurm, no systemd: daemons are children of this shell ----
 # One munged (its unix socket serves every namespace), one slurmctld on the
-# head, one slurmd per host started with nsenter --net (not "ip netns exec",
-# which remounts /sys and hides the cgroup tree slurmd wants: pitfall 7).
+# head, one slurmd per host (slurmd_node).
 
 DAEMON_PIDS=()
 S=${S:-$WORK/slurm}
@@ -121,6 +120,28 @@ EOC
 		done
 		echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
 	} >"$S/slurm.conf"
+	# srun --mpi=pmix: the pmix plugin of each node's slurmstepd creates
+	# the directory spmix_appdir_<uid>_<job>.<step> under this base, and
+	# fails if it exists. The base is the same path on every node (a
+	# cluster's node-local /tmp); slurmd_node gives each simulated node a
+	# private directory there.
+	echo "PMIxCliTmpDirBase=$S/nodetmp" >"$S/mpi.conf"
+}
+
+# slurmd_node I: runs the slurmd of node nI (in the foreground: the caller
+# puts it in the background) in host hI's network namespace (nsenter --net,
+# not "ip netns exec", which remounts /sys and hides the cgroup tree slurmd
+# wants: pitfall 7) and in a mount namespace of its own where $S/nodetmp is
+# the node's own directory $S/nodetmp-nI, as a node-local /tmp would be:
+# without it, Slurm's pmix plugin on the second node finds the first one's
+# spmix_appdir (mpi.conf, above) and the step fails (pitfall 11). The
+# process execs down to slurmd, so its pid is slurmd's.
+slurmd_node() {
+	local i=$1
+	mkdir -p "$S/spool/n$i" "$S/nodetmp" "$S/nodetmp-n$i"
+	exec unshare --mount --propagation private -- /bin/sh -c \
+		'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$S/nodetmp-n$i" "$S/nodetmp" \
+		nsenter --net="/run/netns/h$i" slurmd -D -N "n$i" -f "$S/slurm.conf"
 }
 
 slurm_up() {
@@ -133,8 +154,7 @@ slurm_up() {
 	slurmctld -D -f "$S/slurm.conf" >"$S/log/slurmctld.out" 2>&1 &
 	DAEMON_PIDS+=($!)
 	for i in $(seq 1 "$NHOSTS"); do
-		mkdir -p "$S/spool/n$i"
-		nsenter --net="/run/netns/h$i" slurmd -D -N "n$i" -f "$S/slurm.conf" >"$S/log/slurmd-n$i.out" 2>&1 &
+		slurmd_node "$i" >"$S/log/slurmd-n$i.out" 2>&1 &
 		DAEMON_PIDS+=($!)
 	done
 	local end=$((SECONDS + 40))

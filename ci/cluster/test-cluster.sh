@@ -30,6 +30,16 @@ mkdir -p "$BIN"
 	"${GO:-go}" build -o "$BIN/heat" ./apps/heat
 	"${GO:-go}" build -o "$BIN/joincheck" ./ci/cluster/joincheck
 )
+# The PMIx client (cgo against libpmix, build tag pmix): vetted here, where
+# libpmix-dev is installed, and built into *-pmix programs for the cases of
+# srun --mpi=pmix and Open MPI's mpirun.
+(
+	cd "$ROOT"
+	export CGO_ENABLED=1
+	"${GO:-go}" vet -tags pmix ./internal/... ./transport
+	"${GO:-go}" build -tags pmix -o "$BIN/joincheck-pmix" ./ci/cluster/joincheck
+	"${GO:-go}" build -tags pmix -o "$BIN/pingpong-pmix" ./pingpong
+)
 cat >"$BIN/whereami" <<'EOS'
 #!/bin/sh
 # where a launched process runs, and whether it was given a PMI descriptor
