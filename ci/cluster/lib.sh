@@ -17,7 +17,17 @@ NET=${NET:-10.77.0}
 TMO=${TMO:-45}                     # seconds allowed for any one launch
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817}  # not Slurm's defaults (6817/6818)
 SLURMD_PORT=${SLURMD_PORT:-16818}
-export WORK BIN NHOSTS BR NET CLUSTER_DIR
+# The hosts' node-local temporary directory: one path, $NODE_TMP, that is
+# a different directory on each host ($NODE_TMP.d/hI), as /tmp is on real
+# nodes. The hosts share the machine's file system otherwise (binaries and
+# logs under $WORK, as a cluster's shared file system); a process started
+# on host hI through slurmd or ssh-netns.sh runs in a mount namespace where
+# $NODE_TMP is hI's own (host_tmp_exec). PMIx servers put their per-node
+# directories there: Slurm's pmix plugin (spmix_appdir_*, mpi.conf) and
+# Open MPI's orted (orte_tmpdir_base), which both fail with "File exists"
+# (or race) when the hosts share the directory (pitfall 11).
+NODE_TMP=$WORK/nodetmp
+export WORK BIN NHOSTS BR NET CLUSTER_DIR NODE_TMP
 
 log() { printf '%s [cluster] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
@@ -26,6 +36,15 @@ die() { log "FAIL: $*"; exit 1; }
 # mpiexec or srun wait for ever (pitfall 2). Exit 124 means it timed out.
 tmo() { timeout -k 5 "$TMO" "$@"; }
 
+# host_tmp_exec I CMD...: execs CMD in a new mount namespace where
+# $NODE_TMP is host hI's node-local directory. (ssh-netns.sh does the same.)
+host_tmp_exec() {
+	local i=$1
+	shift
+	exec unshare --mount --propagation private -- /bin/sh -c \
+		'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$NODE_TMP.d/h$i" "$NODE_TMP" "$@"
+}
+
 # ---- hosts: network namespaces h1..hN on bridge $BR ----
 
 netns_up() {
@@ -33,7 +52,10 @@ netns_up() {
 	ip link add "$BR" type bridge
 	ip addr add "$NET.254/24" dev "$BR"
 	ip link set "$BR" up
+	rm -rf "$NODE_TMP" "$NODE_TMP.d"
+	mkdir -p "$NODE_TMP"
 	for i in $(seq 1 "$NHOSTS"); do
+		mkdir -p "$NODE_TMP.d/h$i"
 		ip netns add "h$i"
 		ip link add "v77h$i" type veth peer name eth0 netns "h$i"
 		ip link set "v77h$i" master "$BR" up
@@ -61,6 +83,7 @@ netns_down() {
 		ip link del "v77h$i" 2>/dev/null || true
 	done
 	ip link del "$BR" 2>/dev/null || true
+	rm -rf "$NODE_TMP" "$NODE_TMP.d"
 }
 
 # ---- munge and Slurm, no systemd: daemons are children of this shell ----
@@ -121,27 +144,21 @@ EOC
 		echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
 	} >"$S/slurm.conf"
 	# srun --mpi=pmix: the pmix plugin of each node's slurmstepd creates
-	# the directory spmix_appdir_<uid>_<job>.<step> under this base, and
-	# fails if it exists. The base is the same path on every node (a
-	# cluster's node-local /tmp); slurmd_node gives each simulated node a
-	# private directory there.
-	echo "PMIxCliTmpDirBase=$S/nodetmp" >"$S/mpi.conf"
+	# the directory spmix_appdir_<uid>_<job>.<step> under this base (by
+	# default /tmp), and fails if it exists: a node-local directory.
+	echo "PMIxCliTmpDirBase=$NODE_TMP" >"$S/mpi.conf"
 }
 
 # slurmd_node I: runs the slurmd of node nI (in the foreground: the caller
 # puts it in the background) in host hI's network namespace (nsenter --net,
 # not "ip netns exec", which remounts /sys and hides the cgroup tree slurmd
-# wants: pitfall 7) and in a mount namespace of its own where $S/nodetmp is
-# the node's own directory $S/nodetmp-nI, as a node-local /tmp would be:
-# without it, Slurm's pmix plugin on the second node finds the first one's
-# spmix_appdir (mpi.conf, above) and the step fails (pitfall 11). The
-# process execs down to slurmd, so its pid is slurmd's.
+# wants: pitfall 7), with hI's $NODE_TMP: without it, Slurm's pmix plugin on
+# the second node finds the first one's spmix_appdir and the step fails
+# (pitfall 11). The process execs down to slurmd, so its pid is slurmd's.
 slurmd_node() {
 	local i=$1
-	mkdir -p "$S/spool/n$i" "$S/nodetmp" "$S/nodetmp-n$i"
-	exec unshare --mount --propagation private -- /bin/sh -c \
-		'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$S/nodetmp-n$i" "$S/nodetmp" \
-		nsenter --net="/run/netns/h$i" slurmd -D -N "n$i" -f "$S/slurm.conf"
+	mkdir -p "$S/spool/n$i"
+	host_tmp_exec "$i" nsenter --net="/run/netns/h$i" slurmd -D -N "n$i" -f "$S/slurm.conf"
 }
 
 slurm_up() {

@@ -1,7 +1,8 @@
 #!/bin/bash
 # test-cluster.sh: rmago across hosts (make test-cluster). As root: installs
 # the packages (install.sh; SKIP_INSTALL=1 skips it), builds rmarun,
-# pingpong, the heat app and joincheck into $BIN, then runs cases.sh inside
+# pingpong, the heat app and joincheck into $BIN (and the last three again
+# with the PMIx client, -tags pmix, as *-pmix), then runs cases.sh inside
 # sandbox.sh: fresh network, PID and mount namespaces, so that all traffic
 # stays between the namespaces the tests make, and nothing outlives the run.
 # docs/launch-cluster.md describes the cases and the settings.
@@ -32,13 +33,14 @@ mkdir -p "$BIN"
 )
 # The PMIx client (cgo against libpmix, build tag pmix): vetted here, where
 # libpmix-dev is installed, and built into *-pmix programs for the cases of
-# srun --mpi=pmix and Open MPI's mpirun.
-(
+# srun --mpi=pmix and Open MPI's mpirun (PMIX=0 skips them).
+[ "${PMIX:-1}" = 0 ] || (
 	cd "$ROOT"
 	export CGO_ENABLED=1
 	"${GO:-go}" vet -tags pmix ./internal/... ./transport
 	"${GO:-go}" build -tags pmix -o "$BIN/joincheck-pmix" ./ci/cluster/joincheck
 	"${GO:-go}" build -tags pmix -o "$BIN/pingpong-pmix" ./pingpong
+	"${GO:-go}" build -tags pmix -o "$BIN/heat-pmix" ./apps/heat
 )
 cat >"$BIN/whereami" <<'EOS'
 #!/bin/sh
