@@ -41,6 +41,7 @@ tmo() { timeout -k 5 "$TMO" "$@"; }
 host_tmp_exec() {
 	local i=$1
 	shift
+	# shellcheck disable=SC2016 # the inner shell expands them
 	exec unshare --mount --propagation private -- /bin/sh -c \
 		'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$NODE_TMP.d/h$i" "$NODE_TMP" "$@"
 }

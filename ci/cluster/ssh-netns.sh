@@ -51,6 +51,7 @@ setpriv --pdeathsig KILL cat <"$d/err" >&2 &
 errpid=$!
 tmpns=()
 if [ -n "${NODE_TMP:-}" ] && [ -d "$NODE_TMP.d/$ns" ]; then
+	# shellcheck disable=SC2016 # the inner shell expands them
 	tmpns=(unshare --mount --propagation private -- /bin/sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
 		sh "$NODE_TMP.d/$ns" "$NODE_TMP")
 fi

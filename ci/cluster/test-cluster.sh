@@ -36,11 +36,11 @@ mkdir -p "$BIN"
 # srun --mpi=pmix and Open MPI's mpirun (PMIX=0 skips them).
 [ "${PMIX:-1}" = 0 ] || (
 	cd "$ROOT"
-	export CGO_ENABLED=1
-	"${GO:-go}" vet -tags pmix ./internal/... ./transport
-	"${GO:-go}" build -tags pmix -o "$BIN/joincheck-pmix" ./ci/cluster/joincheck
-	"${GO:-go}" build -tags pmix -o "$BIN/pingpong-pmix" ./pingpong
-	"${GO:-go}" build -tags pmix -o "$BIN/heat-pmix" ./apps/heat
+	g() { CGO_ENABLED=1 "${GO:-go}" "$@"; }
+	g vet -tags pmix ./internal/... ./transport
+	g build -tags pmix -o "$BIN/joincheck-pmix" ./ci/cluster/joincheck
+	g build -tags pmix -o "$BIN/pingpong-pmix" ./pingpong
+	g build -tags pmix -o "$BIN/heat-pmix" ./apps/heat
 )
 cat >"$BIN/whereami" <<'EOS'
 #!/bin/sh
