@@ -45,16 +45,30 @@ STRAY_WAIT=${STRAY_WAIT:-20}
 # Runs of joincheck per launcher, for the start-up time.
 STARTUP_REPS=${STARTUP_REPS:-5}
 # Launchers killed in the kill-launcher cases.
-KILL_LAUNCHER=${KILL_LAUNCHER:-srun1 hydra1 rmarun}
+KILL_LAUNCHER=${KILL_LAUNCHER:-srun1 hydra1 rmarun srunpmix ompi}
 # The partition cases: the launchers whose host h2 is cut off for PART_DOWN
 # seconds mid-job; the ranks' RMAGO_TIMEOUT (PART_TIMEOUT) must end the job
 # with an error matching PART_RE.
-PARTITION=${PARTITION-srun1 hydra1 rmarun}
+PARTITION=${PARTITION-srun1 hydra1 rmarun srunpmix ompi}
 PART_TIMEOUT=${PART_TIMEOUT:-3s}
 PART_DOWN=${PART_DOWN:-9}
 PART_RE=${PART_RE:-timed out waiting for peers}
 # Runs of each ping-pong and app case (more to hunt intermittent failures).
 REPEAT=${REPEAT:-1}
+# The PMIx launchers (srun --mpi=pmix, Open MPI's mpirun.openmpi), whose
+# ranks are the programs built with -tags pmix (*-pmix); 0 skips them.
+PMIX=${PMIX:-1}
+# Open MPI's launcher, called by its own name: mpirun and mpiexec stay
+# MPICH's (install.sh). Its remote starts go through ssh-netns.sh. Its
+# session directories (ompi.<host>.<uid>/jf.<job family>/..., named after
+# the host name, the same in every namespace, and mpirun's pid) go in the
+# hosts' node-local $NODE_TMP, made afresh by each run: in the one /tmp,
+# the orteds of one job race on the shared tree ("mkdir ... No such file or
+# directory"), and those of a killed mpirun stay behind, so that a later
+# run in a new sandbox, where pids start again from 1, fails on them
+# ("mkdir ... File exists").
+OMPI_RUN=${OMPI_RUN:-mpirun.openmpi}
+OMPI_FLAGS=(--allow-run-as-root --oversubscribe --mca orte_tmpdir_base "$NODE_TMP")
 
 ip link show sbx0 >/dev/null 2>&1 || die "run cases.sh through sandbox.sh: it makes namespaces and bridges"
 LOGS=$WORK/logs
@@ -97,11 +111,18 @@ selected() { [[ $1 =~ $CASES ]]; }
 #   nopmi           srun without --mpi (MpiDefault=none: no PMI)
 #   hydra1, hydra2  MPICH Hydra mpiexec over ssh-netns.sh, PMI-1 or PMI-2 wire
 #   rmarun          rmarun -H over ssh-netns.sh
-# and W, the words put before the program (env with the rank settings).
+#   srunpmix        srun --mpi=pmix (PMIx, Slurm's pmix plugin)
+#   ompi            Open MPI's mpirun (PMIx, orted) over ssh-netns.sh
+# W, the words put before the program (env with the rank settings), and X,
+# the suffix of the programs to run: -pmix for the PMIx launchers.
 launcher() {
 	local kind=$1 nh=$2 np=$3 hosts ppn=$((($3 + $2 - 1) / $2))
 	hosts=$(seq -s, -f "$NET.%g" 1 "$nh")
 	read -ra W <<<"env $RANK_ENV"
+	X=
+	case $kind in
+	srunpmix | ompi) X=-pmix ;;
+	esac
 	case $kind in
 	srun[12] | hydra[12]) W+=("$PMI_WIRE_VAR=${kind: -1}") ;;
 	esac
@@ -116,6 +137,10 @@ launcher() {
 	rmarun) # -H host:slots, as Open MPI's mpirun
 		[ "$ppn" -gt 1 ] && hosts=$(seq -s, -f "$NET.%g:$ppn" 1 "$nh")
 		L=("$BIN/rmarun" "$RMARUN_HOSTS" "$hosts" "$RMARUN_EXEC" "$CLUSTER_DIR/ssh-netns.sh" -n "$np") ;;
+	srunpmix) L=(srun --mpi=pmix -N "$nh" -n "$np") ;;
+	ompi) # --host h:slots; ranks fill the slots in order (block placement)
+		[ "$ppn" -gt 1 ] && hosts=$(seq -s, -f "$NET.%g:$ppn" 1 "$nh")
+		L=("$OMPI_RUN" "${OMPI_FLAGS[@]}" --mca plm_rsh_agent "$CLUSTER_DIR/ssh-netns.sh" --host "$hosts" -n "$np") ;;
 	*) die "launcher $kind?" ;;
 	esac
 	if [ "$DEV_JOIN_SHIM" = 1 ] && [ "$kind" != nopmi ]; then W+=("$CLUSTER_DIR/dev-join-shim.sh"); fi
@@ -137,7 +162,8 @@ timed_out() { [ "$RC" = 124 ] || awk -v s="$SECS" -v t="$TMO" 'BEGIN{exit !(s >=
 
 # ---- processes left behind ----
 # strays lists the processes of jobs still alive on any host or on the
-# head: our programs, Hydra's proxies, mpiexec, srun and the ssh stand-in.
+# head: our programs, Hydra's proxies, mpiexec, srun, the ssh stand-in,
+# and Open MPI's mpirun (orterun) and orted.
 strays() {
 	local p pid exe cmd
 	for p in /proc/[0-9]*; do
@@ -145,7 +171,7 @@ strays() {
 		exe=$(readlink "$p/exe" 2>/dev/null) || continue
 		cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)
 		case "$exe $cmd" in
-		"$BIN"/* | */hydra_pmi_proxy* | */mpiexec* | */srun* | *ssh-netns.sh*)
+		"$BIN"/* | */hydra_pmi_proxy* | */mpiexec* | */srun* | *ssh-netns.sh* | */orted* | */orterun* | */mpirun*)
 			echo "pid $pid on ${HOSTOF[$(stat -L -c %i "$p/ns/net" 2>/dev/null)]:-?}: ${cmd:0:120}" ;;
 		esac
 	done
@@ -236,7 +262,7 @@ expect_kill() {
 	selected "$name" || return 0
 	local TMO=$((2 * TMO)) # the job runs until it is killed
 	launcher "$kind" 3 3
-	local cmd=("${L[@]}" env "RMAGO_TIMEOUT=$PART_TIMEOUT" "${W[@]}" "$BIN/pingpong" onemany -min 0 -max 0 -reps 1000000 -iters 100 -no-progress)
+	local cmd=("${L[@]}" env "RMAGO_TIMEOUT=$PART_TIMEOUT" "${W[@]}" "$BIN/pingpong$X" onemany -min 0 -max 0 -reps 1000000 -iters 100 -no-progress)
 	printf '%q ' "${cmd[@]}" >"$LOGS/$name.cmd"
 	t0=$(now)
 	tmo "${cmd[@]}" </dev/null >"$LOGS/$name.out" 2>"$LOGS/$name.err" &
@@ -244,7 +270,7 @@ expect_kill() {
 	end=$((SECONDS + 30))
 	while kill -0 "$lp" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do
 		n=0
-		for i in 1 2 3; do [ -n "$(pids_on "h$i" "$BIN/pingpong")" ] && n=$((n + 1)); done
+		for i in 1 2 3; do [ -n "$(pids_on "h$i" "$BIN/pingpong$X")" ] && n=$((n + 1)); done
 		[ "$n" = 3 ] && break
 		sleep 0.2
 	done
@@ -256,7 +282,7 @@ expect_kill() {
 	done
 	sleep 1
 	if [ "$what" = rank ]; then
-		victim=$(pids_on h2 "$BIN/pingpong" | head -n 1)
+		victim=$(pids_on h2 "$BIN/pingpong$X" | head -n 1)
 	elif [ "$what" = partition ]; then
 		victim=v77h2
 	else
@@ -266,7 +292,7 @@ expect_kill() {
 			victim=$(pgrep -P "$victim" | head -n 1)
 		done
 	fi
-	if [ -z "$(pids_on h2 "$BIN/pingpong")" ] || [ -z "$victim" ] || ! kill -0 "$lp" 2>/dev/null; then
+	if [ -z "$(pids_on h2 "$BIN/pingpong$X")" ] || [ -z "$victim" ] || ! kill -0 "$lp" 2>/dev/null; then
 		note="the job was not running on all hosts"
 		kill -9 "$lp" 2>/dev/null
 	elif [ "$what" = partition ]; then
@@ -315,7 +341,7 @@ expect_join() {
 	launcher "$kind" 3 3
 	local want="joincheck: ok size=3 hosts=$NET.1,$NET.2,$NET.3"
 	for i in $(seq 1 "$STARTUP_REPS"); do
-		run "$name" "${L[@]}" "${W[@]}" "$BIN/joincheck" -n 3 -hosts 3
+		run "$name" "${L[@]}" "${W[@]}" "$BIN/joincheck$X" -n 3 -hosts 3
 		if [ "$RC" != 0 ]; then
 			timed_out && note="run $i timed out" || note="run $i: exit status $RC"
 		elif ! sed 's/^\[0\] //' "$LOGS/$name.out" | grep -qxF "$want"; then
@@ -336,7 +362,7 @@ expect_join() {
 	stats=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END{printf "min %s median %s max %s", a[1], a[int((NR+1)/2)], a[NR]}')
 	# shellcheck disable=SC2086 # one word per run
 	imed=$(printf '%s\n' $init | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
-	printf '%-7s wall %s s; slowest rank'"'"'s Init median %s (%d runs)\n' "$kind" "$stats" "$imed" "$STARTUP_REPS" >>"$WORK/startup.txt"
+	printf '%-8s wall %s s; slowest rank'"'"'s Init median %s (%d runs)\n' "$kind" "$stats" "$imed" "$STARTUP_REPS" >>"$WORK/startup.txt"
 	result "$name" ok "$SECS" "3 ranks on 3 hosts; wall $stats s; Init median $imed"
 }
 
@@ -415,14 +441,32 @@ if [ -n "$PMICLIENT" ]; then
 	done
 fi
 
+P='^(\[0\] )?'
+# ---- PMIx on one host ----
+# The PMIx client (build tag pmix) joins 2 ranks on one host: srun
+# --mpi=pmix on node n1, and Open MPI's mpirun run inside h1 (no remote
+# start), each with joincheck and the one-to-one ping-pong.
+if [ "$PMIX" = 1 ] && [ "$DEV_JOIN_SHIM" != 1 ]; then
+	read -ra W <<<"env $RANK_ENV"
+	want1="^joincheck: ok size=2 hosts=$NET\\.1\$"
+	L=(srun --mpi=pmix -N1 -n2 -w n1)
+	expect_ok join-srunpmix-1node "$want1" "${L[@]}" "${W[@]}" "$BIN/joincheck-pmix" -n 2 -hosts 1
+	expect_ok pingpong-oneone-srunpmix-1node "${P}# rmago one-to-one ping-pong, .*, 2 ranks," \
+		"${L[@]}" "${W[@]}" "$BIN/pingpong-pmix" oneone -quick -no-progress
+	L=(ip netns exec h1 "$OMPI_RUN" "${OMPI_FLAGS[@]}" -n 2)
+	expect_ok join-ompi-1host "$want1" "${L[@]}" "${W[@]}" "$BIN/joincheck-pmix" -n 2 -hosts 1
+	expect_ok pingpong-oneone-ompi-1host "${P}# rmago one-to-one ping-pong, .*, 2 ranks," \
+		"${L[@]}" "${W[@]}" "$BIN/pingpong-pmix" oneone -quick -no-progress
+fi
+
 # ---- rmago across the hosts ----
 # joincheck: 3 ranks, one per host, join one job (its wall time is the
 # start-up time of a 3-host job under that launcher); the one-to-one
 # ping-pong on 2 hosts; the one-to-many ping-pong with 6 ranks, 2 per host;
 # the heat app on 3 hosts.
 KINDS="srun1 hydra1 hydra2 rmarun"
-[ "$DEV_JOIN_SHIM" = 1 ] && KINDS="srun1 hydra1 hydra2" && KILL_LAUNCHER=${KILL_LAUNCHER/rmarun/}
-P='^(\[0\] )?'
+[ "$PMIX" = 1 ] && KINDS+=" srunpmix ompi"
+[ "$DEV_JOIN_SHIM" = 1 ] && KINDS="srun1 hydra1 hydra2"
 # A launcher whose join case fails gets its other cases skipped: they
 # would fail the same way, each after its timeout if the join hangs.
 declare -A BROKEN
@@ -437,11 +481,11 @@ for k in $KINDS; do
 	fi
 	[ "$k" = srun1 ] && expect_join srun2
 	launcher "$k" 2 2
-	expect_ok "pingpong-oneone-$k" "${P}# rmago one-to-one ping-pong, .*, 2 ranks," "${L[@]}" "${W[@]}" "$BIN/pingpong" oneone -quick -no-progress
+	expect_ok "pingpong-oneone-$k" "${P}# rmago one-to-one ping-pong, .*, 2 ranks," "${L[@]}" "${W[@]}" "$BIN/pingpong$X" oneone -quick -no-progress
 	launcher "$k" 3 6
-	expect_ok "pingpong-onemany-$k" "${P}# rmago one-to-many ping-pong, .*, 6 ranks," "${L[@]}" "${W[@]}" "$BIN/pingpong" onemany -quick -no-progress
+	expect_ok "pingpong-onemany-$k" "${P}# rmago one-to-many ping-pong, .*, 6 ranks," "${L[@]}" "${W[@]}" "$BIN/pingpong$X" onemany -quick -no-progress
 	launcher "$k" 3 3
-	expect_ok "app-heat-$k" "${P}heat/pscw-pack: 3 ranks .*, verified\$" "${L[@]}" "${W[@]}" "$BIN/heat" -n 96 -steps 20
+	expect_ok "app-heat-$k" "${P}heat/pscw-pack: 3 ranks .*, verified\$" "${L[@]}" "${W[@]}" "$BIN/heat$X" -n 96 -steps 20
 done
 
 # ---- negative cases ----
@@ -457,6 +501,13 @@ if [ "$DEV_JOIN_SHIM" != 1 ]; then
 		OMPI_COMM_WORLD_LOCAL_RANK=0 "$BIN/joincheck" -n 3
 	expect_fail nojoin-pmix-env "$NOJOIN_RE" ip netns exec h1 env PMIX_RANK=0 PMIX_NAMESPACE=prterun-h1-1@1 \
 		"$BIN/joincheck" -n 3
+	# and the real PMIx launchers, with the program built without the tag
+	if [ "$PMIX" = 1 ]; then
+		launcher srunpmix 2 2
+		expect_fail nojoin-srunpmix-notag "$NOJOIN_RE.*PMIx" "${L[@]}" "${W[@]}" "$BIN/joincheck" -n 2
+		launcher ompi 2 2
+		expect_fail nojoin-ompi-notag "$NOJOIN_RE.*PMIx" "${L[@]}" "${W[@]}" "$BIN/joincheck" -n 2
+	fi
 fi
 # A rank killed on one host ends the whole job.
 for k in $KINDS; do
@@ -464,13 +515,17 @@ for k in $KINDS; do
 done
 # The launcher killed: its ranks must go on every host (rmarun's when
 # their ssh connections drop; srun's and Hydra's through slurmstepd and
-# hydra_pmi_proxy).
+# hydra_pmi_proxy; Open MPI's through orted). Launchers not in KINDS (PMIX=0,
+# DEV_JOIN_SHIM=1) are left out.
+inkinds() { [[ " $KINDS " == *" $1 "* ]]; }
 for k in $KILL_LAUNCHER; do
+	inkinds "$k" || continue
 	if [ -n "${BROKEN[$k]:-}" ]; then skip "kill-launcher-$k" "$k"; else expect_kill "kill-launcher-$k" "$k" launcher; fi
 done
 # A host cut off the network: the ranks' timeout ends the job with a clear
 # error, nothing hangs, nothing is left.
 for k in $PARTITION; do
+	inkinds "$k" || continue
 	if [ -n "${BROKEN[$k]:-}" ]; then skip "partition-$k" "$k"; else expect_kill "partition-$k" "$k" partition; fi
 done
 

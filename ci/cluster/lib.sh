@@ -17,7 +17,17 @@ NET=${NET:-10.77.0}
 TMO=${TMO:-45}                     # seconds allowed for any one launch
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-16817}  # not Slurm's defaults (6817/6818)
 SLURMD_PORT=${SLURMD_PORT:-16818}
-export WORK BIN NHOSTS BR NET CLUSTER_DIR
+# The hosts' node-local temporary directory: one path, $NODE_TMP, that is
+# a different directory on each host ($NODE_TMP.d/hI), as /tmp is on real
+# nodes. The hosts share the machine's file system otherwise (binaries and
+# logs under $WORK, as a cluster's shared file system); a process started
+# on host hI through slurmd or ssh-netns.sh runs in a mount namespace where
+# $NODE_TMP is hI's own (host_tmp_exec). PMIx servers put their per-node
+# directories there: Slurm's pmix plugin (spmix_appdir_*, mpi.conf) and
+# Open MPI's orted (orte_tmpdir_base), which both fail with "File exists"
+# (or race) when the hosts share the directory (pitfall 11).
+NODE_TMP=$WORK/nodetmp
+export WORK BIN NHOSTS BR NET CLUSTER_DIR NODE_TMP
 
 log() { printf '%s [cluster] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
@@ -26,6 +36,16 @@ die() { log "FAIL: $*"; exit 1; }
 # mpiexec or srun wait for ever (pitfall 2). Exit 124 means it timed out.
 tmo() { timeout -k 5 "$TMO" "$@"; }
 
+# host_tmp_exec I CMD...: execs CMD in a new mount namespace where
+# $NODE_TMP is host hI's node-local directory. (ssh-netns.sh does the same.)
+host_tmp_exec() {
+	local i=$1
+	shift
+	# shellcheck disable=SC2016 # the inner shell expands them
+	exec unshare --mount --propagation private -- /bin/sh -c \
+		'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh "$NODE_TMP.d/h$i" "$NODE_TMP" "$@"
+}
+
 # ---- hosts: network namespaces h1..hN on bridge $BR ----
 
 netns_up() {
@@ -33,7 +53,10 @@ netns_up() {
 	ip link add "$BR" type bridge
 	ip addr add "$NET.254/24" dev "$BR"
 	ip link set "$BR" up
+	rm -rf "$NODE_TMP" "$NODE_TMP.d"
+	mkdir -p "$NODE_TMP"
 	for i in $(seq 1 "$NHOSTS"); do
+		mkdir -p "$NODE_TMP.d/h$i"
 		ip netns add "h$i"
 		ip link add "v77h$i" type veth peer name eth0 netns "h$i"
 		ip link set "v77h$i" master "$BR" up
@@ -61,12 +84,12 @@ netns_down() {
 		ip link del "v77h$i" 2>/dev/null || true
 	done
 	ip link del "$BR" 2>/dev/null || true
+	rm -rf "$NODE_TMP" "$NODE_TMP.d"
 }
 
 # ---- munge and Slurm, no systemd: daemons are children of this shell ----
 # One munged (its unix socket serves every namespace), one slurmctld on the
-# head, one slurmd per host started with nsenter --net (not "ip netns exec",
-# which remounts /sys and hides the cgroup tree slurmd wants: pitfall 7).
+# head, one slurmd per host (slurmd_node).
 
 DAEMON_PIDS=()
 S=${S:-$WORK/slurm}
@@ -121,6 +144,22 @@ EOC
 		done
 		echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
 	} >"$S/slurm.conf"
+	# srun --mpi=pmix: the pmix plugin of each node's slurmstepd creates
+	# the directory spmix_appdir_<uid>_<job>.<step> under this base (by
+	# default /tmp), and fails if it exists: a node-local directory.
+	echo "PMIxCliTmpDirBase=$NODE_TMP" >"$S/mpi.conf"
+}
+
+# slurmd_node I: runs the slurmd of node nI (in the foreground: the caller
+# puts it in the background) in host hI's network namespace (nsenter --net,
+# not "ip netns exec", which remounts /sys and hides the cgroup tree slurmd
+# wants: pitfall 7), with hI's $NODE_TMP: without it, Slurm's pmix plugin on
+# the second node finds the first one's spmix_appdir and the step fails
+# (pitfall 11). The process execs down to slurmd, so its pid is slurmd's.
+slurmd_node() {
+	local i=$1
+	mkdir -p "$S/spool/n$i"
+	host_tmp_exec "$i" nsenter --net="/run/netns/h$i" slurmd -D -N "n$i" -f "$S/slurm.conf"
 }
 
 slurm_up() {
@@ -133,8 +172,7 @@ slurm_up() {
 	slurmctld -D -f "$S/slurm.conf" >"$S/log/slurmctld.out" 2>&1 &
 	DAEMON_PIDS+=($!)
 	for i in $(seq 1 "$NHOSTS"); do
-		mkdir -p "$S/spool/n$i"
-		nsenter --net="/run/netns/h$i" slurmd -D -N "n$i" -f "$S/slurm.conf" >"$S/log/slurmd-n$i.out" 2>&1 &
+		slurmd_node "$i" >"$S/log/slurmd-n$i.out" 2>&1 &
 		DAEMON_PIDS+=($!)
 	done
 	local end=$((SECONDS + 40))

@@ -14,7 +14,9 @@
 #  - its standard input, output and error are relayed through this process:
 #    when this process dies, the remote side sees end of file on its input
 #    and a broken pipe on its output, as when an ssh connection drops;
-#  - the exit status is the remote command's (255 if the host is unknown).
+#  - the exit status is the remote command's (255 if the host is unknown);
+#  - with NODE_TMP set (lib.sh), the command sees host hi's node-local
+#    directory at $NODE_TMP ($NODE_TMP.d/hi), as a node's own /tmp.
 set -u
 NET=${NET:-10.77.0}
 while [ $# -gt 0 ]; do
@@ -47,7 +49,13 @@ setpriv --pdeathsig KILL cat <"$d/out" &
 outpid=$!
 setpriv --pdeathsig KILL cat <"$d/err" >&2 &
 errpid=$!
-setsid ip netns exec "$ns" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+tmpns=()
+if [ -n "${NODE_TMP:-}" ] && [ -d "$NODE_TMP.d/$ns" ]; then
+	# shellcheck disable=SC2016 # the inner shell expands them
+	tmpns=(unshare --mount --propagation private -- /bin/sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+		sh "$NODE_TMP.d/$ns" "$NODE_TMP")
+fi
+setsid "${tmpns[@]}" ip netns exec "$ns" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 	HOME="${HOME:-/root}" USER=root LOGNAME=root SHELL=/bin/sh LANG=C.UTF-8 \
 	SSH_CONNECTION="$NET.254 $((20000 + $$ % 40000)) $NET.${ns#h} 22" \
 	sh -c "$*" <"$d/in" >"$d/out" 2>"$d/err" &

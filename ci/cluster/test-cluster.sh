@@ -1,7 +1,8 @@
 #!/bin/bash
 # test-cluster.sh: rmago across hosts (make test-cluster). As root: installs
 # the packages (install.sh; SKIP_INSTALL=1 skips it), builds rmarun,
-# pingpong, the heat app and joincheck into $BIN, then runs cases.sh inside
+# pingpong, the heat app and joincheck into $BIN (and the last three again
+# with the PMIx client, -tags pmix, as *-pmix), then runs cases.sh inside
 # sandbox.sh: fresh network, PID and mount namespaces, so that all traffic
 # stays between the namespaces the tests make, and nothing outlives the run.
 # docs/launch-cluster.md describes the cases and the settings.
@@ -29,6 +30,17 @@ mkdir -p "$BIN"
 	"${GO:-go}" build -o "$BIN/pingpong" ./pingpong
 	"${GO:-go}" build -o "$BIN/heat" ./apps/heat
 	"${GO:-go}" build -o "$BIN/joincheck" ./ci/cluster/joincheck
+)
+# The PMIx client (cgo against libpmix, build tag pmix): vetted here, where
+# libpmix-dev is installed, and built into *-pmix programs for the cases of
+# srun --mpi=pmix and Open MPI's mpirun (PMIX=0 skips them).
+[ "${PMIX:-1}" = 0 ] || (
+	cd "$ROOT"
+	g() { CGO_ENABLED=1 "${GO:-go}" "$@"; }
+	g vet -tags pmix ./internal/... ./transport
+	g build -tags pmix -o "$BIN/joincheck-pmix" ./ci/cluster/joincheck
+	g build -tags pmix -o "$BIN/pingpong-pmix" ./pingpong
+	g build -tags pmix -o "$BIN/heat-pmix" ./apps/heat
 )
 cat >"$BIN/whereami" <<'EOS'
 #!/bin/sh
