@@ -2,7 +2,7 @@
 #   make run        build, then a 2-rank ping-pong on the embedded soft provider
 #   make test       gofmt, go vet, the race-enabled test suite, a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
-#   make test-cluster  jobs across 3 network-namespace hosts under srun, Hydra mpiexec and rmarun -H (root)
+#   make test-cluster  jobs across 3 network-namespace hosts under srun (PMI-1, PMI-2, PMIx), Hydra mpiexec, Open MPI mpirun and rmarun -H (root)
 #   make test-faults  fault injection (kill -9, SIGSTOP/SIGCONT, early Close, a peer that
 #                   stops reading, hostile bootstrap connections) on jobs of 2-8 ranks;
 #                   writes docs/reliability.md; FAULT_TRIALS=N trials per scenario
