@@ -377,7 +377,7 @@ func (p *PSCW) Wait() error {
 	b := p.f.NewLocalWait()
 	defer b.Done()
 	for !p.done() {
-		if err := p.failed(p.missing); err != nil {
+		if err := p.exposureFailed(); err != nil {
 			return fmt.Errorf("pscw: wait: %w", err)
 		}
 		if !b.Pause() {
@@ -401,7 +401,7 @@ func (p *PSCW) Test() (bool, error) {
 	}
 	if !p.done() {
 		p.progress()
-		if err := p.failed(p.missing); err != nil {
+		if err := p.exposureFailed(); err != nil {
 			return false, fmt.Errorf("pscw: test: %w", err)
 		}
 		if !p.done() {
@@ -444,6 +444,24 @@ func rankList(ranks []int) string {
 func (p *PSCW) failed(ranks []int) error {
 	for _, r := range ranks {
 		if err := p.f.Err(r); err != nil {
+			return fmt.Errorf("rank %d failed: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// exposureFailed returns the error of a rank of the exposure group that
+// keeps the epoch from completing: a rank whose completion is missing and
+// whose connection ended (failed or left), or any rank of the group that
+// failed (transport.ErrPeer without ErrPeerGone), even after its
+// completion arrived: the others, which may be waiting on it, may never
+// complete, and a timeout would then blame them instead.
+func (p *PSCW) exposureFailed() error {
+	if err := p.failed(p.missing); err != nil {
+		return err
+	}
+	for _, r := range p.exposure {
+		if err := p.f.Err(r); err != nil && !errors.Is(err, transport.ErrPeerGone) {
 			return fmt.Errorf("rank %d failed: %w", r, err)
 		}
 	}
