@@ -410,6 +410,7 @@ func (f *Fabric) postErr(p *peer, err error) error {
 			return e
 		}
 		if e := f.peerErr(p, nil); e != nil {
+			f.recordErr(p, e) // the caller may end before it polls the completions
 			return e
 		}
 		op := waitOp{what: "post", rank: p.rank}

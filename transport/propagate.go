@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
 )
 
@@ -135,4 +136,19 @@ func (f *Fabric) noticeArrived(from int, imm uint32) {
 	if s, ok := p.qp.(verbs.ErrorSetter); ok && p.selfRx == nil {
 		s.SetError(fmt.Errorf("%w: rank %d was reported failed by rank %d", verbs.ErrTransport, r, from))
 	}
+}
+
+// recordErr records e, the provider's cause of the failure of p's queue
+// pair found by a post, as p's sticky error if it has none, as setErr does
+// for the completions that will follow: the peers are told now, in case
+// this rank ends on the error before it polls them.
+func (f *Fabric) recordErr(p *peer, e error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed.Load() || p.err.Load() != nil {
+		return
+	}
+	p.err.Store(&e)
+	launch.NotifyPeerLost(p.rank) // rmarun names the first failure, not this rank's
+	f.announce(p.rank, e)
 }
