@@ -215,6 +215,9 @@ func TestReportedRank(t *testing.T) {
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	if err := awaitStopped(child.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- fs[2].WaitNotify(reportTag, 2, fs[2].othersFn) }()
 	local := Local{Addr: rd.mr.Addr(), LKey: rd.mr.LKey()}
@@ -250,4 +253,37 @@ func TestReportedRank(t *testing.T) {
 type regions struct {
 	mr  verbs.MR
 	all [][]byte
+}
+
+// awaitStopped waits until every thread of process pid is stopped: a
+// signal is delivered asynchronously, and the process may answer a request
+// meanwhile.
+func awaitStopped(pid int) error {
+	for range 10000 {
+		if stopped(pid) {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("process %d did not stop", pid)
+}
+
+// stopped reports whether every thread of process pid is stopped.
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name in parentheses.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
