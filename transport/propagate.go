@@ -51,6 +51,14 @@ func (f *Fabric) noticeGrace() time.Duration {
 	return min(time.Second, f.timeout/2)
 }
 
+// NoticeGrace is how long a wait that reached the timeout while missing
+// healthy-looking ranks should keep waiting for a failure notice before it
+// blames them: min(1 s, timeout/2). Waits that poll their own memory
+// (LocalWait) apply it themselves: past their deadline, they keep polling
+// for that long and fail naming the rank whose Err became non-nil (a
+// reported failure is a sticky error too).
+func (f *Fabric) NoticeGrace() time.Duration { return f.noticeGrace() }
+
 // reportable reports whether e, a peer's first sticky error, is a failure
 // this rank saw itself and tells the others of: the connection broke or
 // the peer was given up, not an orderly departure nor a refused request
