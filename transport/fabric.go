@@ -94,6 +94,7 @@ type peer struct {
 	err          atomic.Pointer[error]
 	flushWR      verbs.SendWR
 	noteWR       verbs.SendWR // Notify's request, under postMu
+	failWR       verbs.SendWR // a failure notice's request, under postMu (propagate.go)
 	wr           verbs.SendWR // reused by the one-sided operations
 	sge          [1]verbs.SGE
 	chain        [ChainMax]verbs.SendWR // PostAtomics' chains
@@ -144,6 +145,7 @@ type Fabric struct {
 	prog         verbs.Progresser           // the context, if software drives it
 	scanErr      error                      // checkRank's finding; under mu
 	scan         waitOp                     // the wait checkRank checks for; under mu
+	noticesOut   atomic.Int32               // failure notices being sent (propagate.go)
 }
 
 // RemoteRegion is a peer's registered memory as seen by this rank.
@@ -472,6 +474,7 @@ func (f *Fabric) postErr(p *peer, err error) error {
 			return e
 		}
 		if e := f.peerErr(p, nil); e != nil {
+			f.recordErr(p, e) // the caller may end before it polls the completions
 			return e
 		}
 		op := waitOp{what: "post", rank: p.rank}
@@ -650,6 +653,7 @@ type LocalWait struct {
 	spinEnd  time.Time // soft: polling without sleeping until then
 	polls    int       // hardware: polls so far
 	pause    time.Duration
+	graced   bool // Grace extended the deadline
 }
 
 // LocalSpin is how long LocalWait keeps polling without sleeping after the
@@ -672,6 +676,19 @@ func (f *Fabric) NewLocalWait() LocalWait {
 		w.deadline = now.Add(f.timeout)
 	}
 	return w
+}
+
+// Grace extends a wait whose Pause reached the deadline, once, by the
+// fabric's NoticeGrace, and reports whether it did: a caller that is about
+// to blame the ranks it waited for first gives the failure notices of other
+// ranks (the cause the ranks it waits for may be stuck on) time to arrive.
+func (w *LocalWait) Grace() bool {
+	if w.graced || w.deadline.IsZero() {
+		return false
+	}
+	w.graced = true
+	w.deadline = time.Now().Add(w.f.NoticeGrace())
+	return true
 }
 
 // Pause is called after a poll found nothing: it drives the fabric, and
@@ -765,10 +782,14 @@ func (f *Fabric) waitFor(cond func() bool, op waitOp, from func(yield func(int) 
 }
 
 // checkRank is the yield function waitUntil hands to its from iterator:
-// it stops at the first failed rank that the wait (f.scan) still needs,
-// leaving its error in f.scanErr. A rank that failed or left after its
-// notification arrived is not needed any more. A rank not connected yet
-// is connected in the background (kick), so that a wait for a rank that
+// it finds the failed ranks that end the wait (f.scan), leaving the error
+// of one in f.scanErr. The group of a notification wait fails as a whole:
+// a rank that failed (ErrPeer) ends the wait even after its notification
+// arrived, as the peers it failed on may never notify (it stops there);
+// a rank that left in order (ErrPeerGone) ends it only if its notification
+// has not arrived, and is named only if no rank failed, since ranks may
+// leave because of another's failure. A rank not connected yet is
+// connected in the background (kick), so that a wait for a rank that
 // failed before it ever reached this one fails at once too. f.mu held.
 func (f *Fabric) checkRank(r int) bool {
 	p := f.peers[r].Load()
@@ -776,9 +797,16 @@ func (f *Fabric) checkRank(r int) bool {
 		f.kick(r)
 		return true
 	}
-	if e := p.err.Load(); e != nil && (f.scan.ntags == 0 || !f.delivered(r)) {
+	e := p.err.Load()
+	if e == nil {
+		return true
+	}
+	if !errors.Is(*e, ErrPeerGone) {
 		f.scanErr = *e
 		return false
+	}
+	if f.scanErr == nil && (f.scan.ntags == 0 || !f.delivered(r)) {
+		f.scanErr = *e
 	}
 	return true
 }
@@ -787,6 +815,7 @@ func (f *Fabric) checkRank(r int) bool {
 func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from func(yield func(int) bool)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	end := deadline // the wait's own deadline, then the grace's (propagate.go)
 	for {
 		if cond() {
 			return nil
@@ -819,12 +848,19 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 		}
 		f.polling = true
 		f.mu.Unlock()
-		n, err := f.cq.Wait(f.wcs, deadline)
+		n, err := f.cq.Wait(f.wcs, end)
 		f.mu.Lock()
 		f.polling = false
 		f.dispatch(f.wcs[:n])
 		f.cond.Broadcast()
 		if errors.Is(err, verbs.ErrTimeout) {
+			if !cond() && from != nil && end.Equal(deadline) {
+				// The ranks still missing look healthy, but may be stuck
+				// on one that failed: wait a little for a failure notice
+				// naming it before blaming them.
+				end = deadline.Add(f.noticeGrace())
+				continue
+			}
 			if !cond() {
 				f.scan = op
 				terr := f.timeoutErr(op, deadline, from)
@@ -856,7 +892,11 @@ func (f *Fabric) dispatch(wcs []verbs.WC) {
 				}
 				continue
 			}
-			f.noteArrived(wc.Imm, p.rank)
+			if isNotice(wc.Imm) {
+				f.noticeArrived(p.rank, wc.Imm)
+			} else {
+				f.noteArrived(wc.Imm, p.rank)
+			}
 			qp := p.qp
 			if p.selfRx != nil {
 				qp = p.selfRx
@@ -898,6 +938,9 @@ func (f *Fabric) setErr(p *peer, wc *verbs.WC) {
 	p.err.Store(&e)
 	if old == nil {
 		launch.NotifyPeerLost(p.rank) // rmarun names the first failure, not this rank's
+	}
+	if old == nil || !reportable(*old) {
+		f.announce(p.rank, e) // once: the flushes' error is not reportable
 	}
 }
 
@@ -991,6 +1034,7 @@ func (f *Fabric) Allgather(mine []byte, out [][]byte) error {
 // the access (a remote access error). Every later operation fails with
 // ErrClosed. Close calls it.
 func (f *Fabric) Disconnect() {
+	f.awaitNotices()
 	f.closed.Store(true)
 	// Under connMu, so that no connection starts or is accepted after it.
 	f.connMu.Lock()

@@ -89,6 +89,7 @@ func (f *Fabric) failPeer(r int, err error) error {
 	}
 	p.err.Store(&e)
 	launch.NotifyPeerLost(r) // rmarun names the first failure, not this rank's
+	f.announce(r, e)
 	if s, ok := p.qp.(verbs.ErrorSetter); ok && p.selfRx == nil {
 		s.SetError(fmt.Errorf("%w: the fabric gave rank %d up after %v without an answer", verbs.ErrTimeout, r, f.timeout))
 	}

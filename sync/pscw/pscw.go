@@ -292,10 +292,13 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 		b := p.f.NewLocalWait()
 		defer b.Done()
 		for len(p.pending) > 0 {
-			if err := p.failed(p.pending); err != nil {
+			if err := p.groupFailed(p.pending, group); err != nil {
 				return fmt.Errorf("pscw: start: waiting for a post: %w", err)
 			}
 			if !b.Pause() {
+				if b.Grace() {
+					continue
+				}
 				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post: no post from %s)",
 					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), rankList(p.pending))
 			}
@@ -381,6 +384,9 @@ func (p *PSCW) Wait() error {
 			return fmt.Errorf("pscw: wait: %w", err)
 		}
 		if !b.Pause() {
+			if b.Grace() {
+				continue
+			}
 			return fmt.Errorf("pscw: wait: %w after %v (%d of %d completions arrived: none from %s)",
 				transport.ErrTimeout, p.f.Timeout(), len(p.exposure)-len(p.missing), len(p.exposure), rankList(p.missing))
 		}
@@ -456,11 +462,15 @@ func (p *PSCW) failed(ranks []int) error {
 // failed (transport.ErrPeer without ErrPeerGone), even after its
 // completion arrived: the others, which may be waiting on it, may never
 // complete, and a timeout would then blame them instead.
-func (p *PSCW) exposureFailed() error {
-	if err := p.failed(p.missing); err != nil {
+func (p *PSCW) exposureFailed() error { return p.groupFailed(p.missing, p.exposure) }
+
+// groupFailed is exposureFailed for any wait: the first rank of missing
+// whose connection ended, else the first rank of group that failed.
+func (p *PSCW) groupFailed(missing, group []int) error {
+	if err := p.failed(missing); err != nil {
 		return err
 	}
-	for _, r := range p.exposure {
+	for _, r := range group {
 		if err := p.f.Err(r); err != nil && !errors.Is(err, transport.ErrPeerGone) {
 			return fmt.Errorf("rank %d failed: %w", r, err)
 		}
