@@ -116,14 +116,23 @@ func (f *Fabric) timeoutErr(op waitOp, deadline time.Time, from func(yield func(
 		for _, tag := range op.tags[:op.ntags] {
 			n += f.noteCount(tag)
 		}
-		from := fmt.Sprintf("ranks %v", missing)
-		if len(missing) == 1 {
-			from = fmt.Sprintf("rank %d", missing[0])
-		}
-		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from %s", op.what, n, op.count, op.tags[0], from)
+		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from %s", op.what, n, op.count, op.tags[0], RankList(missing))
 	default:
 		what = op.what
 	}
 	return fmt.Errorf("%w: %s within %v (deadline %s; RMAGO_TIMEOUT sets the bound; is a rank stopped, hung or not calling the matching operation?)",
 		ErrTimeout, what, f.timeout, deadline.Format("15:04:05.000"))
+}
+
+// RankList names ranks in an error message: "rank 3", or "ranks [1 3 4]"
+// (the first 16, then how many more). Every error that names the ranks a
+// wait is missing uses it, so that people and the fault suite read one form.
+func RankList(ranks []int) string {
+	switch {
+	case len(ranks) == 1:
+		return fmt.Sprintf("rank %d", ranks[0])
+	case len(ranks) > 16:
+		return fmt.Sprintf("ranks %v (+%d more)", ranks[:16], len(ranks)-16)
+	}
+	return fmt.Sprintf("ranks %v", ranks)
 }

@@ -97,24 +97,12 @@ ranks:
 	}
 	var b strings.Builder
 	if len(held) > 0 {
-		fmt.Fprintf(&b, "; exclusive locks held by %s", rankList(held))
+		fmt.Fprintf(&b, "; exclusive locks held by %s", transport.RankList(held))
 	}
 	if silent >= 0 {
 		fmt.Fprintf(&b, "; rank %d did not answer a read of its lock word within %v", silent, bound)
 	}
 	return b.String()
-}
-
-// rankList names ranks in an error message: "rank 3", or "ranks [1 3 4]"
-// (the first 16, then how many more), the forms the fault suite reads.
-func rankList(ranks []int) string {
-	switch {
-	case len(ranks) == 1:
-		return fmt.Sprintf("rank %d", ranks[0])
-	case len(ranks) > 16:
-		return fmt.Sprintf("ranks %v (+%d more)", ranks[:16], len(ranks)-16)
-	}
-	return fmt.Sprintf("ranks %v", ranks)
 }
 
 // turnNote says when c waits only for the other class's waiters to take

@@ -300,7 +300,7 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 					continue
 				}
 				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post: no post from %s)",
-					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), rankList(p.pending))
+					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), transport.RankList(p.pending))
 			}
 			keep := p.pending[:0]
 			for _, t := range p.pending {
@@ -388,7 +388,7 @@ func (p *PSCW) Wait() error {
 				continue
 			}
 			return fmt.Errorf("pscw: wait: %w after %v (%d of %d completions arrived: none from %s)",
-				transport.ErrTimeout, p.f.Timeout(), len(p.exposure)-len(p.missing), len(p.exposure), rankList(p.missing))
+				transport.ErrTimeout, p.f.Timeout(), len(p.exposure)-len(p.missing), len(p.exposure), transport.RankList(p.missing))
 		}
 	}
 	p.posted = false
@@ -431,18 +431,6 @@ func (p *PSCW) done() bool {
 	}
 	p.missing = keep
 	return len(keep) == 0
-}
-
-// rankList names ranks in an error message: "rank 3", or "ranks [1 3 4]"
-// (the first 16, then how many more), the forms the fault suite reads.
-func rankList(ranks []int) string {
-	switch {
-	case len(ranks) == 1:
-		return fmt.Sprintf("rank %d", ranks[0])
-	case len(ranks) > 16:
-		return fmt.Sprintf("ranks %v (+%d more)", ranks[:16], len(ranks)-16)
-	}
-	return fmt.Sprintf("ranks %v", ranks)
 }
 
 // failed returns the error of the first rank in ranks whose connection has
