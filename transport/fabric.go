@@ -867,6 +867,9 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 				if op.fails && op.rank >= 0 {
 					return f.failPeer(op.rank, terr)
 				}
+				if from != nil {
+					f.giveUpMissing(from, terr)
+				}
 				return terr
 			}
 		} else if err != nil {
