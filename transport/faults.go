@@ -96,12 +96,14 @@ func (f *Fabric) failPeer(r int, err error) error {
 	return e
 }
 
-// giveUpMissing gives up (failPeer) every connected rank of a group wait
-// that timed out without its notification: the wait is failed, so this
-// rank stops in the middle of a collective step, and the ranks that go on
-// waiting for this one learn from its failure notices which rank it was
-// waiting for, instead of blaming this rank at their own timeout. f.mu
-// held.
+// giveUpMissing gives up (failPeer) every connected rank of a fence's
+// notification wait that timed out without its notification: the fence
+// failed, so this rank stops in the middle of a collective step, and the
+// ranks that go on waiting for it (the fence's next round) learn from its
+// failure notices which rank it was waiting for, instead of blaming this
+// rank at their own timeout. Only fences do it: a rank leaving (Close's
+// barrier) must not tell the others that the ranks it left behind failed.
+// f.mu held.
 func (f *Fabric) giveUpMissing(from func(yield func(int) bool), err error) {
 	from(func(r int) bool {
 		if r != f.rank && !f.delivered(r) && f.peers[r].Load() != nil && f.Err(r) == nil {
