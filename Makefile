@@ -51,7 +51,10 @@ test-cluster:
 
 # Fault injection (ci/faults): FAULT_TRIALS trials per scenario (fault x
 # epoch mode), FAULT_PARALLEL trials at once; FAULT_SEED replays a plan;
-# FAULT_RACE=1 builds the ranks with -race; FAULTFLAGS adds faultrun flags
+# FAULT_RACE=1 builds the ranks with -race; FAULT_STRICT=1 also fails on a
+# survivor whose error is wrong, late or unnamed (by default those are
+# counted in the report, and hangs, orphans, corruption and data races
+# fail the run); FAULTFLAGS adds faultrun flags
 # (e.g. -faults kill9,stop -modes fence -v). 4-8 minutes on 2 cores. The
 # details of every trial (goroutine dumps of hung ranks) go to $(BIN)/fault-logs.
 FAULT_TRIALS   ?= 5
