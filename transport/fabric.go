@@ -545,7 +545,17 @@ func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
 // Wait waits until request seq to rank r has completed. If no signalled
 // request at or after seq was posted, it posts one, since only signalled
 // requests report completion.
-func (f *Fabric) Wait(r int, seq uint64) error {
+func (f *Fabric) Wait(r int, seq uint64) error { return f.waitRequest(r, seq, 0) }
+
+// WaitWithin is Wait bounded by d instead of the fabric's timeout, for a
+// protocol undoing an attempt that already waited out a timeout: a rank
+// that does not answer within d is given up, as after a timeout.
+func (f *Fabric) WaitWithin(r int, seq uint64, d time.Duration) error {
+	return f.waitRequest(r, seq, d)
+}
+
+// waitRequest is Wait with bound d (0: the fabric's timeout).
+func (f *Fabric) waitRequest(r int, seq uint64, d time.Duration) error {
 	p := f.peers[r].Load()
 	if p == nil || !p.ready.Load() {
 		return f.Err(r) // nothing was posted to it
@@ -562,7 +572,12 @@ func (f *Fabric) Wait(r int, seq uint64) error {
 		}
 	}
 	p.postMu.Unlock()
-	return f.waitFor(func() bool { return p.done.Load() >= seq }, waitOp{what: "wait", rank: r, seq: seq, fails: true}, nil)
+	cond := func() bool { return p.done.Load() >= seq }
+	op := waitOp{what: "wait", rank: r, seq: seq, fails: true}
+	if d > 0 {
+		return f.waitUntil(cond, op, time.Now().Add(d), nil)
+	}
+	return f.waitFor(cond, op, nil)
 }
 
 // Test reports whether request seq to rank r has completed, making

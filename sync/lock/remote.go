@@ -1,16 +1,31 @@
 package lock
 
-import "github.com/rmago/rmago/verbs"
+import (
+	"time"
+
+	"github.com/rmago/rmago/verbs"
+)
 
 // slot is the pair of result words, and the work request, of the one
 // operation at a time on one target (or on lock_all): a target's state
 // (stAcquiring, held) keeps a second operation on it away, so that
 // operations on different targets run concurrently without sharing them.
 type slot struct {
-	l    *Locks
-	word int // control index of the first result word
-	wr   verbs.SendWR
-	sge  [1]verbs.SGE
+	l      *Locks
+	word   int // control index of the first result word
+	wr     verbs.SendWR
+	sge    [1]verbs.SGE
+	within time.Duration // nonzero: what bounds atomic's waits (undo)
+}
+
+// undo runs fn, which undoes an attempt that waited out the timeout, with
+// the slot's waits bounded by the fabric's notice grace: a rank that
+// stopped (the one that kept the lock busy, say the leader) is then given
+// up after the grace rather than after a second whole timeout.
+func (s *slot) undo(fn func() error) error {
+	s.within = s.l.f.NoticeGrace()
+	defer func() { s.within = 0 }()
+	return fn()
 }
 
 // post posts a signalled atomic on rank r's word w whose old value lands
@@ -34,7 +49,12 @@ func (s *slot) atomic(r, w int, op verbs.Opcode, a, b uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := s.l.f.Wait(r, seq); err != nil {
+	if s.within > 0 {
+		err = s.l.f.WaitWithin(r, seq, s.within)
+	} else {
+		err = s.l.f.Wait(r, seq)
+	}
+	if err != nil {
 		return 0, err
 	}
 	return s.result(0), nil

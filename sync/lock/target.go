@@ -143,6 +143,9 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 		if t == Leader && !errors.Is(err, errBusy) {
 			return err // an atomic to the leader failed: see above
 		}
+		if errors.Is(err, errBusy) {
+			return errors.Join(err, sl.undo(func() error { return l.releaseGlobal(sl, classExcl) }))
+		}
 		return errors.Join(err, l.releaseGlobal(sl, classExcl))
 	}
 	return nil
