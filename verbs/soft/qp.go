@@ -263,7 +263,7 @@ func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 }
 
 func (q *qp) dial(remote verbs.Endpoint) (net.Conn, int, error) {
-	conn, err := net.DialTimeout("tcp", remote.Addr, ConnectTimeout)
+	conn, err := dialTCP(remote.Addr, ConnectTimeout)
 	if err != nil {
 		return nil, 0, fmt.Errorf("soft: connect to %s: %w", remote.Addr, err)
 	}
