@@ -75,7 +75,7 @@ if [ -z "${COMPARE_NO_INSTALL:-}" ]; then
 	say "installing Open MPI and MPICH (apt-get)"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null
-	apt-get install -y -qq openmpi-bin libopenmpi-dev mpich >/dev/null
+	apt-get install -y -qq openmpi-bin libopenmpi-dev mpich libmpich-dev >/dev/null
 fi
 
 say "building"
