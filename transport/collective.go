@@ -1,0 +1,96 @@
+package transport
+
+import (
+	"fmt"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// Collectives of the whole job built on notifications and RDMA writes:
+// barriers and a small allgather through the world control region.
+
+// gatherSlot is the bytes a rank contributes to one fabric allgather.
+const gatherSlot = 64
+
+// Barrier returns once every rank has entered it. It is built on
+// notifications: each rank notifies every other and waits for all of them.
+// Everything a rank posted before the barrier is visible at its targets
+// after it (each notification is ordered after the requests before it), but
+// gets (reads) are complete only once Flush says so.
+func (f *Fabric) Barrier() error {
+	f.barSeq++
+	return f.TagBarrier(MakeTag(TagWorld, 0, f.barSeq))
+}
+
+// TagBarrier is a barrier whose notifications carry tag, so that barriers
+// of independent objects (windows) never take each other's notifications.
+// Callers alternate tags between consecutive barriers (MakeTag's seq does):
+// no rank can be more than one barrier ahead of another.
+func (f *Fabric) TagBarrier(tag uint32) error {
+	for i := 1; i < f.size; i++ {
+		if err := f.Notify((f.rank+i)%f.size, tag); err != nil {
+			return err
+		}
+	}
+	return f.WaitNotify(tag, f.size-1, f.othersFn)
+}
+
+func (f *Fabric) others(yield func(int) bool) {
+	for r := range f.size {
+		if r != f.rank && !yield(r) {
+			return
+		}
+	}
+}
+
+// Tag kinds.
+const (
+	TagWorld  = 1 // world barrier
+	TagGather = 2 // allgather
+	TagFence  = 3 // window fence
+	TagUser   = 8 // first kind free for higher layers
+)
+
+// MakeTag builds a notification tag from a kind (4 bits), an object id
+// (16 bits) and a sequence number, of which only the parity is kept (bit
+// 0). Bits 1 to 11 are free for the caller's flags.
+func MakeTag(kind uint8, id uint16, seq uint32) uint32 {
+	return uint32(kind&0xf)<<28 | uint32(id)<<12 | seq&1
+}
+
+// Allgather gives every rank's data (at most 64 bytes each) to every rank,
+// through RDMA writes into the world control region and a barrier. It is
+// collective. out[r] receives rank r's bytes.
+func (f *Fabric) Allgather(mine []byte, out [][]byte) error {
+	if len(mine) > gatherSlot {
+		return fmt.Errorf("transport: allgather of %d bytes (max %d)", len(mine), gatherSlot)
+	}
+	f.gatherSeq++
+	half := f.gatherSeq % 2
+	slotOff := func(r int) int { return (half*f.size + r) * gatherSlot }
+	ctrl := f.ctrl.Bytes()
+	src := ctrl[slotOff(f.rank) : slotOff(f.rank)+gatherSlot]
+	clear(src)
+	copy(src, mine)
+	for r := range f.size {
+		if r == f.rank {
+			continue
+		}
+		wr := verbs.SendWR{
+			Op:         verbs.OpWrite,
+			SGL:        []verbs.SGE{{Addr: f.ctrlMR.Addr() + uint64(slotOff(f.rank)), Length: gatherSlot, LKey: f.ctrlMR.LKey()}},
+			RemoteAddr: f.ctrlPeers[r].Addr + uint64(slotOff(f.rank)),
+			RKey:       f.ctrlPeers[r].RKey,
+		}
+		if _, err := f.Post(r, &wr); err != nil {
+			return err
+		}
+	}
+	if err := f.TagBarrier(MakeTag(TagGather, 0, uint32(f.gatherSeq))); err != nil {
+		return err
+	}
+	for r := range f.size {
+		copy(out[r], ctrl[slotOff(r):slotOff(r)+gatherSlot])
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rmago/rmago/internal/launch"
+	"github.com/rmago/rmago/verbs"
+)
+
+// Completions: the goroutine that needs one polls the shared completion
+// queue and dispatches what it finds for everyone; Wait, Test and Flush of
+// posted requests are built on that.
+
+// Wait waits until request seq to rank r has completed. If no signalled
+// request at or after seq was posted, it posts one, since only signalled
+// requests report completion.
+func (f *Fabric) Wait(r int, seq uint64) error { return f.waitRequest(r, seq, 0) }
+
+// WaitWithin is Wait bounded by d instead of the fabric's timeout, for a
+// protocol undoing an attempt that already waited out a timeout: a rank
+// that does not answer within d is given up, as after a timeout.
+func (f *Fabric) WaitWithin(r int, seq uint64, d time.Duration) error {
+	return f.waitRequest(r, seq, d)
+}
+
+// waitRequest is Wait with bound d (0: the fabric's timeout).
+func (f *Fabric) waitRequest(r int, seq uint64, d time.Duration) error {
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return f.Err(r) // nothing was posted to it
+	}
+	if p.done.Load() >= seq {
+		return f.Err(r)
+	}
+	p.postMu.Lock()
+	if p.lastSignaled < seq {
+		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
+		if _, err := f.postLocked(p, &p.flushWR); err != nil {
+			p.postMu.Unlock()
+			return err
+		}
+	}
+	p.postMu.Unlock()
+	cond := func() bool { return p.done.Load() >= seq }
+	op := waitOp{what: "wait", rank: r, seq: seq, fails: true}
+	if d > 0 {
+		return f.waitUntil(cond, op, time.Now().Add(d), nil)
+	}
+	return f.waitFor(cond, op, nil)
+}
+
+// Test reports whether request seq to rank r has completed, making
+// progress once without blocking (it may post a signalled request so that
+// completion can be seen at all).
+func (f *Fabric) Test(r int, seq uint64) (bool, error) {
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return true, f.Err(r) // nothing was posted to it
+	}
+	if p.done.Load() >= seq {
+		return true, f.Err(r)
+	}
+	p.postMu.Lock()
+	if p.lastSignaled < seq {
+		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
+		if _, err := f.postLocked(p, &p.flushWR); err != nil {
+			p.postMu.Unlock()
+			return false, err
+		}
+	}
+	p.postMu.Unlock()
+	f.mu.Lock()
+	if !f.polling {
+		n, err := f.cq.Poll(f.wcs)
+		if err != nil {
+			f.mu.Unlock()
+			return false, err
+		}
+		f.dispatch(f.wcs[:n])
+	}
+	f.mu.Unlock()
+	if err := f.Err(r); err != nil {
+		return true, err
+	}
+	return p.done.Load() >= seq, nil
+}
+
+// Flush waits until every request posted to rank r so far has completed
+// at the target (remote completion).
+func (f *Fabric) Flush(r int) error {
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return f.Err(r) // nothing was posted to it
+	}
+	p.postMu.Lock()
+	target := p.posted.Load()
+	if p.done.Load() >= target {
+		p.postMu.Unlock()
+		return f.Err(r)
+	}
+	if p.lastSignaled < target {
+		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
+		seq, err := f.postLocked(p, &p.flushWR)
+		if err != nil {
+			p.postMu.Unlock()
+			return err
+		}
+		target = seq
+	}
+	p.postMu.Unlock()
+	return f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "flush", rank: r, seq: target, fails: true}, nil)
+}
+
+// FlushAll flushes every peer, the rank itself included.
+func (f *Fabric) FlushAll() error {
+	var errs []error
+	for r := range f.size {
+		if err := f.Flush(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitFor makes progress until cond holds (checked under f.mu). It fails
+// if the connection to op.rank fails (op.rank < 0: none in particular;
+// from, if not nil, lists ranks whose failure also ends the wait, unless
+// the notification the wait expects from them has arrived), or on
+// timeout. It allocates nothing unless it fails.
+func (f *Fabric) waitFor(cond func() bool, op waitOp, from func(yield func(int) bool)) error {
+	var deadline time.Time
+	if f.timeout > 0 {
+		deadline = time.Now().Add(f.timeout)
+	}
+	return f.waitUntil(cond, op, deadline, from)
+}
+
+// checkRank is the yield function waitUntil hands to its from iterator:
+// it finds the failed ranks that end the wait (f.scan), leaving the error
+// of one in f.scanErr. The group of a notification wait fails as a whole:
+// a rank that failed (ErrPeer) ends the wait even after its notification
+// arrived, as the peers it failed on may never notify (it stops there);
+// a rank that left in order (ErrPeerGone) ends it only if its notification
+// has not arrived, and is named only if no rank failed, since ranks may
+// leave because of another's failure. A rank not connected yet is
+// connected in the background (kick), so that a wait for a rank that
+// failed before it ever reached this one fails at once too. f.mu held.
+func (f *Fabric) checkRank(r int) bool {
+	p := f.peers[r].Load()
+	if p == nil {
+		f.kick(r)
+		return true
+	}
+	e := p.err.Load()
+	if e == nil {
+		return true
+	}
+	if !errors.Is(*e, ErrPeerGone) {
+		f.scanErr = *e
+		return false
+	}
+	if f.scanErr == nil && (f.scan.ntags == 0 || !f.delivered(r)) {
+		f.scanErr = *e
+	}
+	return true
+}
+
+// waitUntil is waitFor with an explicit deadline (zero: none).
+func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from func(yield func(int) bool)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	end := deadline // the wait's own deadline, then the grace's (propagate.go)
+	for {
+		if cond() {
+			return nil
+		}
+		if f.failed != nil {
+			return f.failed
+		}
+		if op.rank >= 0 {
+			if err := f.Err(op.rank); err != nil {
+				return fmt.Errorf("%s to rank %d: %w", op.what, op.rank, err)
+			}
+		}
+		if from != nil {
+			// Called directly rather than ranged over: a range-over-func
+			// loop here would allocate its state on every wait. A failure
+			// reaches the completion queue after everything the rank sent
+			// before it, so its notification, if it sent one, has been
+			// counted by now.
+			f.scanErr = nil
+			f.scan = op
+			from(f.checkFn)
+			if err := f.scanErr; err != nil {
+				f.scanErr = nil
+				return fmt.Errorf("%s: %w", op.what, err)
+			}
+		}
+		if f.polling {
+			f.cond.Wait()
+			continue
+		}
+		f.polling = true
+		f.mu.Unlock()
+		n, err := f.cq.Wait(f.wcs, end)
+		f.mu.Lock()
+		f.polling = false
+		f.dispatch(f.wcs[:n])
+		f.cond.Broadcast()
+		if errors.Is(err, verbs.ErrTimeout) {
+			if !cond() && from != nil && end.Equal(deadline) {
+				// The ranks still missing look healthy, but may be stuck
+				// on one that failed: wait a little for a failure notice
+				// naming it before blaming them.
+				end = deadline.Add(f.noticeGrace())
+				continue
+			}
+			if !cond() {
+				f.scan = op
+				terr := f.timeoutErr(op, deadline, from)
+				if op.fails && op.rank >= 0 {
+					return f.failPeer(op.rank, terr)
+				}
+				if from != nil && op.ntags > 0 && op.tags[0]>>28 == TagFence {
+					f.giveUpMissing(from, terr)
+				}
+				return terr
+			}
+		} else if err != nil {
+			f.failed = fmt.Errorf("transport: completion queue: %w", err)
+		}
+	}
+}
+
+// dispatch records completions; f.mu held.
+func (f *Fabric) dispatch(wcs []verbs.WC) {
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.Op == verbs.OpRecv || wc.Op == verbs.OpRecvImm {
+			p := f.byQPN[wc.QPN]
+			if p == nil {
+				continue
+			}
+			if wc.Status != verbs.StatusSuccess {
+				// On the loopback pair the receiving queue pair fails only
+				// because the sending one did, which reports the cause.
+				if p.selfRx == nil {
+					f.setErr(p, wc)
+				}
+				continue
+			}
+			if isNotice(wc.Imm) {
+				f.noticeArrived(p.rank, wc.Imm)
+			} else {
+				f.noteArrived(wc.Imm, p.rank)
+			}
+			qp := p.qp
+			if p.selfRx != nil {
+				qp = p.selfRx
+			}
+			// A failed repost means the queue pair is in error; its
+			// error completions say why.
+			qp.PostRecv(&p.recvWR)
+			continue
+		}
+		r := int(wc.ID & 0xffff)
+		if r >= len(f.peers) {
+			continue
+		}
+		p := f.peers[r].Load()
+		if p == nil {
+			continue
+		}
+		if wc.Status != verbs.StatusSuccess {
+			f.setErr(p, wc)
+			continue
+		}
+		if seq := wc.ID >> 16; seq > p.done.Load() {
+			p.done.Store(seq)
+		}
+	}
+}
+
+// setErr records a failed completion as the peer's sticky error. The cause
+// (a remote access error, say) wins over the flushes that follow it.
+func (f *Fabric) setErr(p *peer, wc *verbs.WC) {
+	if f.closed.Load() {
+		return
+	}
+	old := p.err.Load()
+	if old != nil && !(errors.Is(*old, verbs.ErrFlushed) && wc.Status != verbs.StatusFlushed) {
+		return
+	}
+	e := f.peerErr(p, wc)
+	p.err.Store(&e)
+	if old == nil {
+		launch.NotifyPeerLost(p.rank) // rmarun names the first failure, not this rank's
+	}
+	if old == nil || !reportable(*old) {
+		f.announce(p.rank, e) // once: the flushes' error is not reportable
+	}
+}

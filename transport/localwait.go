@@ -1,0 +1,136 @@
+package transport
+
+import (
+	"runtime"
+	"time"
+)
+
+// Progress drives the fabric once without blocking: it runs what the
+// provider has received (soft provider) and records new completions and
+// notifications. It reports whether anything happened. The caller is then
+// the process's poller until it calls EndProgress. Callers polling their
+// own memory use it through LocalWait, which does both.
+func (f *Fabric) Progress() bool {
+	ran := false
+	if f.prog != nil {
+		ran = f.prog.Progress()
+	}
+	f.mu.Lock()
+	if !f.polling {
+		n, err := f.cq.Poll(f.wcs)
+		if err == nil && n > 0 {
+			f.dispatch(f.wcs[:n])
+			f.cond.Broadcast()
+			ran = true
+		}
+	}
+	f.mu.Unlock()
+	return ran
+}
+
+// EndProgress says the caller stopped driving the fabric with Progress
+// (see verbs.Progresser).
+func (f *Fabric) EndProgress() {
+	if f.prog != nil {
+		f.prog.EndProgress()
+	}
+}
+
+// LocalWait paces a goroutine that polls words of its own memory for a
+// change a peer's one-sided write or atomic will make. It allocates
+// nothing, and follows one of two schedules:
+//
+//   - with a provider this process drives (soft), while things keep
+//     happening it drives the fabric (Progress, as the process's poller
+//     until Done or a sleep) and yields; once nothing
+//     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
+//     100 µs (an idle rank then costs next to no CPU);
+//   - on hardware, where memory changes by itself, it yields for a few
+//     polls and then sleeps the shortest sleep Go offers between polls:
+//     longer sleeps are stretched by the timer (to about a millisecond in
+//     the Soft-RoCE VM, which made a lock ping-pong 4 times slower), and
+//     spinning would take CPU from the peers and, on Soft-RoCE, from the
+//     kernel's RDMA engine.
+type LocalWait struct {
+	f        *Fabric
+	deadline time.Time // zero: none
+	spinEnd  time.Time // soft: polling without sleeping until then
+	polls    int       // hardware: polls so far
+	pause    time.Duration
+	graced   bool // Grace extended the deadline
+}
+
+// LocalSpin is how long LocalWait keeps polling without sleeping after the
+// last progress it saw, with a provider this process drives.
+const LocalSpin = 100 * time.Microsecond
+
+const (
+	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
+	hwYields      = 64                     // hardware: polls before the first sleep
+)
+
+// NewLocalWait starts a wait bounded by the fabric's timeout.
+func (f *Fabric) NewLocalWait() LocalWait {
+	now := time.Now()
+	w := LocalWait{f: f, pause: time.Microsecond}
+	if f.prog != nil {
+		w.spinEnd = now.Add(LocalSpin)
+	}
+	if f.timeout > 0 {
+		w.deadline = now.Add(f.timeout)
+	}
+	return w
+}
+
+// Grace extends a wait whose Pause reached the deadline, once, by the
+// fabric's NoticeGrace, and reports whether it did: a caller that is about
+// to blame the ranks it waited for first gives the failure notices of other
+// ranks (the cause the ranks it waits for may be stuck on) time to arrive.
+func (w *LocalWait) Grace() bool {
+	if w.graced || w.deadline.IsZero() {
+		return false
+	}
+	w.graced = true
+	w.deadline = time.Now().Add(w.f.NoticeGrace())
+	return true
+}
+
+// Pause is called after a poll found nothing: it drives the fabric, and
+// yields or sleeps. It returns false, at once, when the deadline has
+// passed.
+func (w *LocalWait) Pause() bool {
+	now := time.Now()
+	if !w.deadline.IsZero() && now.After(w.deadline) {
+		return false
+	}
+	if w.f.prog == nil {
+		w.f.Progress() // completions and notifications only
+		if w.polls++; w.polls < hwYields {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Microsecond)
+		}
+		return true
+	}
+	if w.f.Progress() {
+		w.spinEnd = now.Add(LocalSpin)
+		w.pause = time.Microsecond
+		return true
+	}
+	if now.Before(w.spinEnd) {
+		runtime.Gosched()
+		return true
+	}
+	d := w.pause
+	if !w.deadline.IsZero() {
+		d = min(d, w.deadline.Sub(now))
+	}
+	w.f.EndProgress() // asleep, it polls no more: the reader goroutines take over
+	time.Sleep(d)
+	w.pause = min(2*w.pause, localMaxSleep)
+	return true
+}
+
+// Done ends the wait: call it (defer it) when the polled condition holds or
+// the wait fails, so that the provider's own goroutines may poll again.
+func (w *LocalWait) Done() { w.f.EndProgress() }

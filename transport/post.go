@@ -1,0 +1,136 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rmago/rmago/internal/launch"
+	"github.com/rmago/rmago/verbs"
+)
+
+// Posting work requests: one request or a chain, with the send queue
+// kept from overflowing and every so often a request signalled.
+
+// Post posts one send request to rank r. The fabric sets its ID and
+// signals it when asked or every so often, so that the send queue drains;
+// it returns the request's sequence number, which Wait accepts. wr.Next
+// must be nil.
+func (f *Fabric) Post(r int, wr *verbs.SendWR) (uint64, error) {
+	p, err := f.peerOf(r)
+	if err != nil {
+		return 0, fmt.Errorf("posting a %v to rank %d: %w", wr.Op, r, err)
+	}
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	return f.postLocked(p, wr)
+}
+
+func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
+	if err := f.Err(p.rank); err != nil {
+		return 0, fmt.Errorf("posting a %v to rank %d: %w", wr.Op, p.rank, err)
+	}
+	if f.closed.Load() {
+		return 0, ErrClosed
+	}
+	seq := p.posted.Load() + 1
+	if seq-p.done.Load() >= sendDepth-1 {
+		// The queue is full: reclaim it by waiting for the last signalled
+		// request. Signalling every signalGap requests guarantees there is
+		// one well inside the queue.
+		target := p.lastSignaled
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target, fails: true}, nil); err != nil {
+			return 0, err
+		}
+	}
+	if seq-p.lastSignaled >= signalGap {
+		wr.Flags |= verbs.Signaled
+	}
+	if wr.Flags&verbs.Signaled != 0 {
+		p.lastSignaled = seq
+	}
+	wr.ID = seq<<16 | uint64(p.rank)
+	if _, err := p.qp.PostSend(wr); err != nil {
+		return 0, f.postErr(p, err)
+	}
+	p.posted.Store(seq)
+	return seq, nil
+}
+
+// postErr reports a failed post to p.
+func (f *Fabric) postErr(p *peer, err error) error {
+	if errors.Is(err, verbs.ErrQPState) {
+		// The queue pair failed under us. The provider may say why (the
+		// soft provider's error wraps the cause); otherwise its error
+		// completions will: wait for them briefly.
+		if e := f.Err(p.rank); e != nil {
+			return e
+		}
+		if e := f.peerErr(p, nil); e != nil {
+			f.recordErr(p, e) // the caller may end before it polls the completions
+			return e
+		}
+		op := waitOp{what: "post", rank: p.rank}
+		if werr := f.waitUntil(func() bool { return p.err.Load() != nil }, op, time.Now().Add(time.Second), nil); werr != nil && !errors.Is(werr, ErrTimeout) {
+			return werr
+		}
+		if cause := p.err.Load(); cause != nil {
+			return *cause
+		}
+		launch.NotifyPeerLost(p.rank)
+		return rankErr(p.rank, err)
+	}
+	return fmt.Errorf("transport: posting to rank %d: %w", p.rank, err)
+}
+
+// postChainLocked posts p.chain[:n] (operations and buffers filled in) as
+// one chain of work requests; p.postMu held. It returns the last one's
+// sequence number.
+func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
+	if err := f.Err(p.rank); err != nil {
+		return 0, fmt.Errorf("posting atomics to rank %d: %w", p.rank, err)
+	}
+	if f.closed.Load() {
+		return 0, ErrClosed
+	}
+	first := p.posted.Load() + 1
+	for first+uint64(n)-p.done.Load() >= sendDepth-1 {
+		// Reclaim the queue as postLocked does; chains are far shorter
+		// than signalGap, so a signalled request is well inside it.
+		target := p.lastSignaled
+		if err := f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "post (send queue full)", rank: p.rank, seq: target, fails: true}, nil); err != nil {
+			return 0, err
+		}
+	}
+	for i := range n {
+		wr := &p.chain[i]
+		seq := first + uint64(i)
+		if seq-p.lastSignaled >= signalGap || i == n-1 {
+			wr.Flags |= verbs.Signaled // the last, so that the chain can be waited for
+		}
+		if wr.Flags&verbs.Signaled != 0 {
+			p.lastSignaled = seq
+		}
+		wr.ID = seq<<16 | uint64(p.rank)
+		wr.Next = nil
+		if i > 0 {
+			p.chain[i-1].Next = wr
+		}
+	}
+	bad, err := p.qp.PostSend(&p.chain[0])
+	if err != nil {
+		// The requests before the refused one were posted.
+		for i := range n {
+			if &p.chain[i] == bad {
+				if i > 0 {
+					p.posted.Store(first + uint64(i) - 1)
+				}
+				break
+			}
+		}
+		return 0, f.postErr(p, err)
+	}
+	last := first + uint64(n) - 1
+	p.posted.Store(last)
+	return last, nil
+}
