@@ -2,8 +2,6 @@ package transport
 
 import (
 	"fmt"
-
-	"github.com/rmago/rmago/verbs"
 )
 
 // Collectives of the whole job built on notifications and RDMA writes:
@@ -76,13 +74,7 @@ func (f *Fabric) Allgather(mine []byte, out [][]byte) error {
 		if r == f.rank {
 			continue
 		}
-		wr := verbs.SendWR{
-			Op:         verbs.OpWrite,
-			SGL:        []verbs.SGE{{Addr: f.ctrlMR.Addr() + uint64(slotOff(f.rank)), Length: gatherSlot, LKey: f.ctrlMR.LKey()}},
-			RemoteAddr: f.ctrlPeers[r].Addr + uint64(slotOff(f.rank)),
-			RKey:       f.ctrlPeers[r].RKey,
-		}
-		if _, err := f.Post(r, &wr); err != nil {
+		if _, err := f.Write(r, f.ctrl.Local(slotOff(f.rank)), f.ctrl.Remote(r, slotOff(f.rank)), gatherSlot); err != nil {
 			return err
 		}
 	}

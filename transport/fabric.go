@@ -126,9 +126,7 @@ type Fabric struct {
 	failed  error                // a fatal local error (CQ overrun)
 
 	// World control region: allgather slots.
-	ctrl         *Memory
-	ctrlMR       verbs.MR
-	ctrlPeers    []RemoteRegion
+	ctrl         *Region
 	gatherSeq    int
 	barSeq       uint32
 	closed       atomic.Bool
@@ -145,7 +143,7 @@ type Fabric struct {
 type hello struct {
 	Endpoints []verbs.Endpoint `json:"eps,omitempty"`    // eager: the QP to use to reach rank i
 	Listen    *verbs.Endpoint  `json:"listen,omitempty"` // lazy: where to dial this rank
-	Ctrl      RemoteRegion     `json:"ctrl"`             // the world control region
+	Ctrl      Remote           `json:"ctrl"`             // the world control region
 	Provider  string           `json:"prov"`
 }
 
@@ -213,13 +211,10 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 			me.Endpoints[r] = p.qp.Endpoint()
 		}
 	}
-	if f.ctrl, err = AllocMemory(2 * f.size * gatherSlot); err != nil {
+	if f.ctrl, err = f.AllocRegion(2*f.size*gatherSlot, AllAccess); err != nil {
 		return nil, err
 	}
-	if f.ctrlMR, err = f.pd.RegMR(f.ctrl.Bytes(), verbs.AccessAll); err != nil {
-		return nil, err
-	}
-	me.Ctrl = RemoteRegion{Addr: f.ctrlMR.Addr(), RKey: f.ctrlMR.RKey(), Len: uint64(f.ctrlMR.Len())}
+	me.Ctrl = f.ctrl.Self(0)
 	msg, err := json.Marshal(me)
 	if err != nil {
 		return nil, err
@@ -245,7 +240,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 		if lazy {
 			f.listen[r] = *hellos[r].Listen
 		}
-		f.ctrlPeers = append(f.ctrlPeers, hellos[r].Ctrl)
+		f.ctrl.peers = append(f.ctrl.peers, hellos[r].Ctrl)
 	}
 	if err := f.connect(hellos); err != nil {
 		return nil, err
@@ -402,12 +397,7 @@ func (f *Fabric) Close() error {
 		return nil
 	}
 	f.Disconnect()
-	if f.ctrlMR != nil {
-		f.ctrlMR.Dereg()
-	}
-	if f.ctrl != nil {
-		f.ctrl.Free()
-	}
+	f.ctrl.Close()
 	if f.cq != nil {
 		f.cq.Close()
 	}

@@ -1,18 +1,15 @@
 package transport
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
 	"unsafe"
-)
 
-// RemoteRegion is a peer's registered memory as seen by this rank.
-type RemoteRegion struct {
-	Addr uint64 `json:"addr"`
-	RKey uint32 `json:"rkey"`
-	Len  uint64 `json:"len"`
-}
+	"github.com/rmago/rmago/verbs"
+)
 
 // Memory is page-aligned memory outside the Go heap (an anonymous
 // mapping), for allocated windows: it never moves and the garbage collector
@@ -51,4 +48,147 @@ func (m *Memory) Free() error {
 	b := m.b[:cap(m.b)]
 	m.b = nil
 	return syscall.Munmap(b)
+}
+
+// Access is what a Region allows: its local use by the requests of this
+// rank, and what peers may do to it.
+type Access uint8
+
+const (
+	// LocalOnly: results of this rank's reads and atomics land in it;
+	// peers cannot reach it.
+	LocalOnly Access = iota
+	// PutGet: peers may write and read it, not run atomics on it.
+	PutGet
+	// AtomicsOnly: peers may run atomics on it, not write or read it.
+	AtomicsOnly
+	// AllAccess: peers may write, read and run atomics on it.
+	AllAccess
+)
+
+func (a Access) verbs() verbs.Access {
+	switch a {
+	case PutGet:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	case AtomicsOnly:
+		return verbs.AccessLocalWrite | verbs.AccessRemoteAtomic
+	case AllAccess:
+		return verbs.AccessAll
+	}
+	return verbs.AccessLocalWrite
+}
+
+// Region is memory registered with the fabric: this rank's requests use it
+// through Local, and, once the region was exchanged (collective regions),
+// peers' copies of it are reached through Remote. It is the one way memory
+// is registered above the verbs layer.
+type Region struct {
+	f     *Fabric
+	b     []byte
+	mem   *Memory // the region's own memory (AllocRegion), else nil
+	mr    verbs.MR
+	peers []Remote // every rank's region, after Exchange
+}
+
+// Register registers b, which the caller owns and keeps from moving (Go
+// memory must be pinned) until Close.
+func (f *Fabric) Register(b []byte, acc Access) (*Region, error) {
+	mr, err := f.pd.RegMR(b, acc.verbs())
+	if err != nil {
+		return nil, err
+	}
+	return &Region{f: f, b: b, mr: mr}, nil
+}
+
+// AllocRegion allocates n bytes of zeroed memory outside the Go heap
+// (AllocMemory) and registers them; Close frees them.
+func (f *Fabric) AllocRegion(n int, acc Access) (*Region, error) {
+	mem, err := AllocMemory(n)
+	if err != nil {
+		return nil, err
+	}
+	g, err := f.Register(mem.Bytes(), acc)
+	if err != nil {
+		mem.Free()
+		return nil, err
+	}
+	g.mem = mem
+	return g, nil
+}
+
+// AllocRegionExchange is AllocRegion followed by Exchange: collective.
+func (f *Fabric) AllocRegionExchange(n int, acc Access) (*Region, error) {
+	g, err := f.AllocRegion(n, acc)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Exchange(); err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// regionDesc is the bytes of a region's address and key in Exchange.
+const regionDesc = 12
+
+// Exchange tells every rank this region's address and key and learns
+// theirs (an allgather): collective, every rank calls it for its regions
+// in the same order. Remote then reaches any rank's region.
+func (g *Region) Exchange() error {
+	var desc [regionDesc]byte
+	binary.LittleEndian.PutUint64(desc[0:], g.mr.Addr())
+	binary.LittleEndian.PutUint32(desc[8:], g.mr.RKey())
+	all := make([][]byte, g.f.size)
+	for r := range all {
+		all[r] = make([]byte, regionDesc)
+	}
+	if err := g.f.Allgather(desc[:], all); err != nil {
+		return err
+	}
+	g.peers = make([]Remote, g.f.size)
+	for r, d := range all {
+		g.peers[r] = Remote{Addr: binary.LittleEndian.Uint64(d[0:]), RKey: binary.LittleEndian.Uint32(d[8:])}
+	}
+	return nil
+}
+
+// Bytes is the registered memory.
+func (g *Region) Bytes() []byte { return g.b }
+
+// Words is the registered memory as 8-byte words (its length rounded
+// down); the memory must be 8-byte aligned, as AllocRegion's is.
+func (g *Region) Words() []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(g.b))), len(g.b)/8)
+}
+
+// Local is this rank's byte off of the region, for its own requests.
+func (g *Region) Local(off int) Local {
+	return Local{Addr: g.mr.Addr() + uint64(off), LKey: g.mr.LKey()}
+}
+
+// Self is this rank's byte off of the region as peers reach it, for
+// descriptors a caller exchanges itself.
+func (g *Region) Self(off int) Remote {
+	return Remote{Addr: g.mr.Addr() + uint64(off), RKey: g.mr.RKey()}
+}
+
+// Remote is rank r's byte off of the region (after Exchange).
+func (g *Region) Remote(r, off int) Remote {
+	return Remote{Addr: g.peers[r].Addr + uint64(off), RKey: g.peers[r].RKey}
+}
+
+// Close deregisters the region and frees its memory if it allocated it.
+// Call it only once no rank can still reach it (after a barrier, or
+// Disconnect). A second call does nothing.
+func (g *Region) Close() error {
+	if g == nil || g.mr == nil {
+		return nil
+	}
+	err := g.mr.Dereg()
+	if g.mem != nil {
+		err = errors.Join(err, g.mem.Free())
+	}
+	g.mr, g.mem, g.b, g.peers = nil, nil, nil, nil
+	return err
 }
