@@ -244,9 +244,9 @@ func TestPostAtomics(t *testing.T) {
 			}
 			for round := range 3 {
 				for i := range ops {
-					ops[i] = Atomic{Op: verbs.OpFetchAdd, Local: local(i), Remote: remote(i), CompareAdd: uint64(i + 1)}
+					ops[i] = Atomic{Op: FetchAddOp, Local: local(i), Remote: remote(i), CompareAdd: uint64(i + 1)}
 					if round == 2 { // swap in i*1000 where the word holds 2*(i+1)
-						ops[i] = Atomic{Op: verbs.OpCompareSwap, Local: local(i), Remote: remote(i), CompareAdd: uint64(2 * (i + 1)), Swap: uint64(i * 1000)}
+						ops[i] = Atomic{Op: CompareSwapOp, Local: local(i), Remote: remote(i), CompareAdd: uint64(2 * (i + 1)), Swap: uint64(i * 1000)}
 					}
 				}
 				last, err := f.PostAtomics(target, ops)
