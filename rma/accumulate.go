@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // Op is a reduction operation of Accumulate and friends, as MPI_Op.
@@ -272,7 +271,7 @@ func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) (uint64, er
 			if result != nil {
 				land = a.local(i)
 			}
-			ops[i] = transport.Atomic{Op: verbs.OpFetchAdd, Local: land, Remote: word, CompareAdd: bitsOf(origin[start+i])}
+			ops[i] = transport.Atomic{Op: transport.FetchAddOp, Local: land, Remote: word, CompareAdd: bitsOf(origin[start+i])}
 		}
 		seq, err := w.f.PostAtomics(target, ops)
 		if err != nil {
@@ -317,7 +316,7 @@ func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error
 				wordAddr := first.Addr + uint64((start+i)*8)
 				want := win.combineWord(guess[i], wordAddr, origin, target, disp, op)
 				a.remember(target, wordAddr, want) // if the swap succeeds
-				ops = append(ops, transport.Atomic{Op: verbs.OpCompareSwap, Local: a.local(i),
+				ops = append(ops, transport.Atomic{Op: transport.CompareSwapOp, Local: a.local(i),
 					Remote: transport.Remote{Addr: wordAddr, RKey: first.RKey}, CompareAdd: guess[i], Swap: want})
 			}
 			last, err := w.f.PostAtomics(target, ops)

@@ -55,16 +55,16 @@ func lone(t *testing.T, fn func(w *World, win *Window[int32], all []int32) error
 func TestCreatedWindowRegions(t *testing.T) {
 	lone(t, func(w *World, win *Window[int32], all []int32) error {
 		start := uint64(uintptr(unsafe.Pointer(&all[1])))
-		if win.mr == nil || win.amr == nil {
-			return fmt.Errorf("regions %v and %v, want two", win.mr, win.amr)
+		if win.reg == nil || win.areg == nil {
+			return fmt.Errorf("regions %v and %v, want two", win.reg, win.areg)
 		}
-		if got, want := win.mr.Access(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead; win.mr.Addr() != start || win.mr.Len() != 16 || got != want {
-			return fmt.Errorf("puts' region [%#x, +%d) access %v, want [%#x, +16) access %v", win.mr.Addr(), win.mr.Len(), got, start, want)
+		if got, want := win.reg.Access(), transport.PutGet; win.reg.Self(0).Addr != start || win.reg.Len() != 16 || got != want {
+			return fmt.Errorf("puts' region [%#x, +%d) access %v, want [%#x, +16) access %v", win.reg.Self(0).Addr, win.reg.Len(), got, start, want)
 		}
-		if got, want := win.amr.Access(), verbs.AccessLocalWrite|verbs.AccessRemoteAtomic; win.amr.Addr() != start-4 || win.amr.Len() != 24 || got != want {
-			return fmt.Errorf("atomics' region [%#x, +%d) access %v, want [%#x, +24) access %v", win.amr.Addr(), win.amr.Len(), got, start-4, want)
+		if got, want := win.areg.Access(), transport.AtomicsOnly; win.areg.Self(0).Addr != start-4 || win.areg.Len() != 24 || got != want {
+			return fmt.Errorf("atomics' region [%#x, +%d) access %v, want [%#x, +24) access %v", win.areg.Self(0).Addr, win.areg.Len(), got, start-4, want)
 		}
-		if rw := win.remotes[0]; rw.addr != start || rw.rkey != win.mr.RKey() || rw.akey != win.amr.RKey() || rw.count != 4 {
+		if rw := win.remotes[0]; rw.addr != start || rw.rkey != win.reg.Self(0).RKey || rw.akey != win.areg.Self(0).RKey || rw.count != 4 {
 			return fmt.Errorf("remote view %+v", rw)
 		}
 		return win.Free()
@@ -84,10 +84,10 @@ func TestCreatedWindowAlignedOneRegion(t *testing.T) {
 			return err
 		}
 		for _, c := range []struct {
-			mr, amr verbs.MR
+			mr, amr *transport.Region
 			n       int
-		}{{a.mr, a.amr, 16}, {b.mr, b.amr, 24}} {
-			if c.amr != nil || c.mr.Len() != c.n || c.mr.Access() != verbs.AccessAll {
+		}{{a.reg, a.areg, 16}, {b.reg, b.areg, 24}} {
+			if c.amr != nil || c.mr.Len() != c.n || c.mr.Access() != transport.AllAccess {
 				return fmt.Errorf("regions %v (%d bytes, access %v) and %v, want one of %d bytes with every access", c.mr, c.mr.Len(), c.mr.Access(), c.amr, c.n)
 			}
 		}

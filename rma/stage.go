@@ -2,10 +2,8 @@ package rma
 
 import (
 	"slices"
-	"unsafe"
 
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // stageSize is the registered bounce buffer for origin slices that lie
@@ -17,8 +15,7 @@ const stageSize = 4 << 20
 // the order they were taken, each once its request has completed.
 type stager struct {
 	w    *World
-	mem  *transport.Memory
-	mr   verbs.MR
+	reg  *transport.Region
 	head int // next free byte
 	used int // bytes in flight
 	fifo []staged
@@ -34,21 +31,15 @@ type staged struct {
 }
 
 func newStager(w *World) (*stager, error) {
-	mem, err := transport.AllocMemory(stageSize)
+	reg, err := w.f.AllocRegion(stageSize, transport.AllAccess)
 	if err != nil {
 		return nil, err
 	}
-	mr, err := w.f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
-	if err != nil {
-		mem.Free()
-		return nil, err
-	}
-	return &stager{w: w, mem: mem, mr: mr, fifo: make([]staged, 0, 64)}, nil
+	return &stager{w: w, reg: reg, fifo: make([]staged, 0, 64)}, nil
 }
 
 func (s *stager) free() {
-	s.mr.Dereg()
-	s.mem.Free()
+	s.reg.Close()
 }
 
 // take reserves n contiguous bytes (n <= stageSize/2), completing the
@@ -76,7 +67,7 @@ func (s *stager) retire() error {
 	p := s.fifo[0]
 	err := s.w.f.Wait(p.rank, p.seq)
 	if err == nil && p.dst != nil {
-		copy(p.dst, s.mem.Bytes()[p.off:p.off+p.n])
+		copy(p.dst, s.reg.Bytes()[p.off:p.off+p.n])
 	}
 	s.used -= p.pad + p.n
 	copy(s.fifo, s.fifo[1:])
@@ -107,7 +98,7 @@ func (s *stager) put(r int, b []byte, remote transport.Remote) (last uint64, err
 		if err != nil {
 			return 0, err
 		}
-		copy(s.mem.Bytes()[off:off+n], b[:n])
+		copy(s.reg.Bytes()[off:off+n], b[:n])
 		seq, err := s.w.f.Write(r, s.local(off), remote, uint32(n))
 		if err != nil {
 			s.used -= pad + n
@@ -158,5 +149,5 @@ func (s *stager) retireThrough(r int, seq uint64) error {
 }
 
 func (s *stager) local(off int) transport.Local {
-	return transport.Local{Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(s.mem.Bytes())))) + uint64(off), LKey: s.mr.LKey()}
+	return s.reg.Local(off)
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/sync/fence"
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // Number is the element type of a window: a fixed-size integer or float.
@@ -79,8 +78,8 @@ type Window[T Number] struct {
 
 	mem    *transport.Memory // allocated windows
 	pinner runtime.Pinner    // created windows
-	mr     verbs.MR          // nil for a zero-length window
-	amr    verbs.MR          // atomics' region when it differs from mr (see atomicBytes), else nil
+	reg    *transport.Region // nil for a zero-length window
+	areg   *transport.Region // atomics' region when it differs from reg (see atomicBytes), else nil
 
 	remotes []remoteWindow
 	fence   *fence.Fence
@@ -214,13 +213,13 @@ func (win *Window[T]) setup(failed error) error {
 	w.mu.Unlock()
 	if failed != nil {
 		desc[descFailed] = 1
-	} else if win.mr != nil {
-		akey := win.mr.RKey()
-		if win.amr != nil {
-			akey = win.amr.RKey()
+	} else if win.reg != nil {
+		akey := win.reg.Self(0).RKey
+		if win.areg != nil {
+			akey = win.areg.Self(0).RKey
 		}
 		binary.LittleEndian.PutUint64(desc[descAddr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(win.local)))))
-		binary.LittleEndian.PutUint32(desc[descRKey:], win.mr.RKey())
+		binary.LittleEndian.PutUint32(desc[descRKey:], win.reg.Self(0).RKey)
 		binary.LittleEndian.PutUint32(desc[descAKey:], akey)
 	}
 	binary.LittleEndian.PutUint64(desc[descCount:], uint64(len(win.local)))
@@ -260,8 +259,8 @@ func (win *Window[T]) setup(failed error) error {
 		win.deregister()
 		return err
 	}
-	if win.mr != nil {
-		w.register(win.bytes(), win.mr, win)
+	if win.reg != nil {
+		w.register(win.bytes(), win.reg, win)
 	}
 	w.track(win, leftover{quiesce: win.quiesce, release: win.release})
 	win.fence = fence.New(w.f, win.id)
@@ -286,39 +285,34 @@ func (win *Window[T]) setup(failed error) error {
 // that is a second region, for atomics only. Allocated windows own their
 // page-rounded memory, so one region of the words serves both.
 func (win *Window[T]) register() error {
-	pd := win.w.f.PD()
+	f := win.w.f
 	b, words := win.bytes(), win.atomicBytes()
 	if len(words) == len(b) || win.mem != nil {
-		mr, err := pd.RegMR(words, verbs.AccessAll)
+		reg, err := f.Register(words, transport.AllAccess)
 		if err != nil {
 			return fmt.Errorf("registering window memory of %d bytes on rank %d: %w", len(words), win.w.Rank(), err)
 		}
-		win.mr = mr
+		win.reg = reg
 		return nil
 	}
-	mr, err := pd.RegMR(b, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	reg, err := f.Register(b, transport.PutGet)
 	if err != nil {
 		return fmt.Errorf("registering window memory of %d bytes on rank %d: %w", len(b), win.w.Rank(), err)
 	}
-	amr, err := pd.RegMR(words, verbs.AccessLocalWrite|verbs.AccessRemoteAtomic)
+	areg, err := f.Register(words, transport.AtomicsOnly)
 	if err != nil {
-		mr.Dereg()
+		reg.Close()
 		return fmt.Errorf("registering the %d bytes of 8-byte words of window memory on rank %d for atomics: %w", len(words), win.w.Rank(), err)
 	}
-	win.mr, win.amr = mr, amr
+	win.reg, win.areg = reg, areg
 	return nil
 }
 
 // deregister undoes register.
 func (win *Window[T]) deregister() {
-	if win.mr != nil {
-		win.mr.Dereg()
-		win.mr = nil
-	}
-	if win.amr != nil {
-		win.amr.Dereg()
-		win.amr = nil
-	}
+	win.reg.Close()
+	win.areg.Close()
+	win.reg, win.areg = nil, nil
 }
 
 // bytes is the window's memory.

@@ -72,8 +72,7 @@ const atomWords = 4096
 // atomArea is the landing area of remote atomics' results, with the
 // bookkeeping of a compare-and-swap round.
 type atomArea struct {
-	mem   *transport.Memory
-	mr    verbs.MR
+	reg   *transport.Region
 	words []uint64
 	guess []uint64
 	done  []bool
@@ -115,21 +114,16 @@ func (a *atomArea) remember(rank int, addr, val uint64) {
 }
 
 func newAtomArea(w *World) (*atomArea, error) {
-	mem, err := transport.AllocMemory((atomWords + 1) * 8) // the words, then the sink
+	reg, err := w.f.AllocRegion((atomWords+1)*8, transport.AllAccess) // the words, then the sink
 	if err != nil {
 		return nil, err
 	}
-	mr, err := w.f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
-	if err != nil {
-		mem.Free()
-		return nil, err
-	}
-	return &atomArea{mem: mem, mr: mr, words: unsafe.Slice((*uint64)(mem.Ptr()), atomWords),
+	return &atomArea{reg: reg, words: reg.Words()[:atomWords],
 		guess: make([]uint64, atomWords), done: make([]bool, atomWords), ops: make([]transport.Atomic, atomWords)}, nil
 }
 
 func (a *atomArea) local(i int) transport.Local {
-	return transport.Local{Addr: a.mr.Addr() + uint64(i)*8, LKey: a.mr.LKey()}
+	return a.reg.Local(8 * i)
 }
 
 // sink is where the old values of fetch-adds that nobody waits for land
@@ -143,8 +137,7 @@ func (a *atomArea) sink() transport.Local { return a.local(atomWords) }
 func (a *atomArea) word(i int) uint64 { return a.words[i] }
 
 func (a *atomArea) free() {
-	a.mr.Dereg()
-	a.mem.Free()
+	a.reg.Close()
 }
 
 // localRegion is registered local memory: origin buffers inside it need no copy.
@@ -266,10 +259,10 @@ func (w *World) check() error {
 }
 
 // register records registered memory usable as origin buffers.
-func (w *World) register(b []byte, mr verbs.MR, owner any) {
+func (w *World) register(b []byte, reg *transport.Region, owner any) {
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	w.mu.Lock()
-	w.regs = append(w.regs, localRegion{start: start, end: start + uintptr(len(b)), lkey: mr.LKey(), owner: owner})
+	w.regs = append(w.regs, localRegion{start: start, end: start + uintptr(len(b)), lkey: reg.Local(0).LKey, owner: owner})
 	w.mu.Unlock()
 }
 

@@ -87,6 +87,8 @@ type Region struct {
 	b     []byte
 	mem   *Memory // the region's own memory (AllocRegion), else nil
 	mr    verbs.MR
+	loc   Local    // byte 0 for this rank's requests
+	acc   Access
 	peers []Remote // every rank's region, after Exchange
 }
 
@@ -97,7 +99,7 @@ func (f *Fabric) Register(b []byte, acc Access) (*Region, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Region{f: f, b: b, mr: mr}, nil
+	return &Region{f: f, b: b, mr: mr, loc: Local{Addr: mr.Addr(), LKey: mr.LKey()}, acc: acc}, nil
 }
 
 // AllocRegion allocates n bytes of zeroed memory outside the Go heap
@@ -156,6 +158,12 @@ func (g *Region) Exchange() error {
 // Bytes is the registered memory.
 func (g *Region) Bytes() []byte { return g.b }
 
+// Len is the registered length in bytes.
+func (g *Region) Len() int { return len(g.b) }
+
+// Access is what the region allows.
+func (g *Region) Access() Access { return g.acc }
+
 // Words is the registered memory as 8-byte words (its length rounded
 // down); the memory must be 8-byte aligned, as AllocRegion's is.
 func (g *Region) Words() []uint64 {
@@ -164,13 +172,13 @@ func (g *Region) Words() []uint64 {
 
 // Local is this rank's byte off of the region, for its own requests.
 func (g *Region) Local(off int) Local {
-	return Local{Addr: g.mr.Addr() + uint64(off), LKey: g.mr.LKey()}
+	return Local{Addr: g.loc.Addr + uint64(off), LKey: g.loc.LKey}
 }
 
 // Self is this rank's byte off of the region as peers reach it, for
 // descriptors a caller exchanges itself.
 func (g *Region) Self(off int) Remote {
-	return Remote{Addr: g.mr.Addr() + uint64(off), RKey: g.mr.RKey()}
+	return Remote{Addr: g.loc.Addr + uint64(off), RKey: g.mr.RKey()}
 }
 
 // Remote is rank r's byte off of the region (after Exchange).

@@ -6,15 +6,10 @@
 package control
 
 import (
-	"encoding/binary"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
-
-const verbsAccessAll = verbs.AccessAll
 
 // Word indices in a control region. Each word is 8 bytes, 8-byte aligned.
 const (
@@ -28,14 +23,10 @@ const (
 	// and exclusive locks apart without touching every rank, counting the
 	// holders and waiters of each (sync/lock describes its fields).
 	Global = 1
-	// Complete is no longer used: PSCW counts completions per origin
-	// (CompleteFrom), so that a wait that times out can name the ranks
-	// that did not complete.
-	Complete = 2
 	// Scratch is the first of ScratchWords words where the results of this
-	// rank's own remote atomics land (old values of fetch-add and
-	// compare-swap). A protocol uses them under its own lock. (sync/lock
-	// has its own result words: LockResult.)
+	// rank's own remote atomics land (FetchAdd's old values; tests use it).
+	// sync/lock has its own result words (LockResult), sync/pscw its own
+	// region.
 	Scratch      = 8
 	ScratchWords = 8
 	// PostBase + r counts the exposure epochs rank r posted to this rank
@@ -64,33 +55,25 @@ const ExclusiveBit = uint64(1) << 63
 // (read with Load) and every rank's words (reached with the fabric's
 // remote atomics and writes).
 type Region struct {
-	F      *transport.Fabric
-	Local  []uint64           // this rank's words; peers change them through the NIC
-	LMR    transport.Local    // Local[0]'s address and lkey
-	Remote []transport.Remote // rank r's Local[0] as an RDMA target
-
-	mem *transport.Memory
-	mr  verbs.MR
+	F     *transport.Fabric
+	reg   *transport.Region
+	words []uint64 // this rank's words; peers change them through the NIC
 }
 
 // Load reads this rank's word i atomically.
-func (c *Region) Load(i int) uint64 { return atomic.LoadUint64(&c.Local[i]) }
+func (c *Region) Load(i int) uint64 { return atomic.LoadUint64(&c.words[i]) }
 
 // LocalAt is the registered address of this rank's word i, for atomics'
 // results.
-func (c *Region) LocalAt(i int) transport.Local {
-	return transport.Local{Addr: c.LMR.Addr + uint64(i)*8, LKey: c.LMR.LKey}
-}
+func (c *Region) LocalAt(i int) transport.Local { return c.reg.Local(8 * i) }
 
 // RemoteAt is rank r's word i as an RDMA target.
-func (c *Region) RemoteAt(r, i int) transport.Remote {
-	return transport.Remote{Addr: c.Remote[r].Addr + uint64(i)*8, RKey: c.Remote[r].RKey}
-}
+func (c *Region) RemoteAt(r, i int) transport.Remote { return c.reg.Remote(r, 8*i) }
 
 // FetchAdd adds v to rank r's word i and returns the old value. It waits for
 // the result. scratch selects the landing word (Scratch+k).
 func (c *Region) FetchAdd(r, i int, v uint64, scratch int) (uint64, error) {
-	seq, err := c.F.FetchAdd(r, c.LocalAt(scratch), c.RemoteAt(r, i), v)
+	seq, err := c.F.PostAtomic(r, transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(scratch), Remote: c.RemoteAt(r, i), CompareAdd: v})
 	if err != nil {
 		return 0, err
 	}
@@ -99,71 +82,20 @@ func (c *Region) FetchAdd(r, i int, v uint64, scratch int) (uint64, error) {
 	}
 	return c.Load(scratch), nil
 }
-
-// CompareSwap sets rank r's word i to swap if it equals compare, and returns
-// the old value. It waits for the result.
-func (c *Region) CompareSwap(r, i int, compare, swap uint64, scratch int) (uint64, error) {
-	seq, err := c.F.CompareSwap(r, c.LocalAt(scratch), c.RemoteAt(r, i), compare, swap)
-	if err != nil {
-		return 0, err
-	}
-	if err := c.F.Wait(r, seq); err != nil {
-		return 0, err
-	}
-	return c.Load(scratch), nil
-}
-
-// AddNoWait adds v to rank r's word i without waiting for the result (the
-// old value lands in the scratch word); the addition is ordered after every
-// request this rank posted to r before it.
-func (c *Region) AddNoWait(r, i int, v uint64, scratch int) error {
-	_, err := c.F.FetchAdd(r, c.LocalAt(scratch), c.RemoteAt(r, i), v)
-	return err
-}
-
-// Words8 views n words of memory starting at p.
-func Words8(p unsafe.Pointer, n int) []uint64 { return unsafe.Slice((*uint64)(p), n) }
 
 // New allocates, registers and exchanges a control region: collective over
 // the fabric (every rank calls it in the same order). Close releases it.
 func New(f *transport.Fabric) (*Region, error) {
-	n := Words(f.Size())
-	mem, err := transport.AllocMemory(n * 8)
+	reg, err := f.AllocRegionExchange(Words(f.Size())*8, transport.AllAccess)
 	if err != nil {
 		return nil, err
 	}
-	mr, err := f.PD().RegMR(mem.Bytes(), verbsAccessAll)
-	if err != nil {
-		mem.Free()
-		return nil, err
-	}
-	var desc [12]byte
-	binary.LittleEndian.PutUint64(desc[0:], mr.Addr())
-	binary.LittleEndian.PutUint32(desc[8:], mr.RKey())
-	all := make([][]byte, f.Size())
-	for r := range all {
-		all[r] = make([]byte, len(desc))
-	}
-	if err := f.Allgather(desc[:], all); err != nil {
-		mr.Dereg()
-		mem.Free()
-		return nil, err
-	}
-	c := &Region{F: f, Local: Words8(mem.Ptr(), n), LMR: transport.Local{Addr: mr.Addr(), LKey: mr.LKey()}, mem: mem, mr: mr}
-	for _, d := range all {
-		c.Remote = append(c.Remote, transport.Remote{Addr: binary.LittleEndian.Uint64(d[0:]), RKey: binary.LittleEndian.Uint32(d[8:])})
-	}
-	return c, nil
+	return &Region{F: f, reg: reg, words: reg.Words()}, nil
 }
 
 // Close deregisters and frees the region. Call it only when no rank can
 // still reach it (after a barrier).
 func (c *Region) Close() error {
-	if c.mr == nil {
-		return nil
-	}
-	err := c.mr.Dereg()
-	c.mem.Free()
-	c.mr, c.Local = nil, nil
-	return err
+	c.words = nil
+	return c.reg.Close()
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // What a lock wait that timed out saw: the waiter names whoever kept the
@@ -74,7 +73,7 @@ func (l *Locks) survey(sl *slot) string {
 	silent := -1
 ranks:
 	for r := range l.size {
-		seq, err := sl.post(r, control.Lock, verbs.OpFetchAdd, 0, 0, 1)
+		seq, err := sl.post(r, control.Lock, transport.FetchAddOp, 0, 0, 1)
 		if err != nil {
 			continue
 		}

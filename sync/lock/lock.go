@@ -165,7 +165,6 @@ import (
 
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // Misuse errors, errors.Is-able. They leave the state unchanged.
@@ -300,7 +299,7 @@ func (l *Locks) lock(target int, exclusive, noCheck bool) error {
 	var err error
 	joined := exclusive && l.nexcl > 0
 	if joined {
-		seqG, err = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.one(), 0, 0)
+		seqG, err = sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.one(), 0, 0)
 	}
 	l.mu.Unlock()
 
@@ -422,9 +421,9 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 		l.nexcl--
 		var seqT, seqG uint64
 		var errG error
-		seqT, err = sl.post(target, control.Lock, verbs.OpFetchAdd, release(l.me), 0, 0)
+		seqT, err = sl.post(target, control.Lock, transport.FetchAddOp, release(l.me), 0, 0)
 		if err == nil {
-			seqG, errG = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.minusOne(), 0, 1)
+			seqG, errG = sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.minusOne(), 0, 1)
 		}
 		l.mu.Unlock()
 		if err == nil {

@@ -3,7 +3,7 @@ package lock
 import (
 	"time"
 
-	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/transport"
 )
 
 // slot is the pair of result words, and the work request, of the one
@@ -12,9 +12,7 @@ import (
 // operations on different targets run concurrently without sharing them.
 type slot struct {
 	l      *Locks
-	word   int // control index of the first result word
-	wr     verbs.SendWR
-	sge    [1]verbs.SGE
+	word   int           // control index of the first result word
 	within time.Duration // nonzero: what bounds atomic's waits (undo)
 }
 
@@ -31,20 +29,16 @@ func (s *slot) undo(fn func() error) error {
 // post posts a signalled atomic on rank r's word w whose old value lands
 // in result word k (0 or 1) of the slot. Being signalled, its own
 // completion tells Wait it is done, without an extra flush request.
-func (s *slot) post(r, w int, op verbs.Opcode, a, b uint64, k int) (uint64, error) {
+func (s *slot) post(r, w int, op transport.AtomicOp, a, b uint64, k int) (uint64, error) {
 	c := s.l.c
-	local := c.LocalAt(s.word + k)
-	remote := c.RemoteAt(r, w)
-	s.sge[0] = verbs.SGE{Addr: local.Addr, Length: 8, LKey: local.LKey}
-	s.wr = verbs.SendWR{Op: op, Flags: verbs.Signaled, SGL: s.sge[:], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: a, Swap: b}
-	return s.l.f.Post(r, &s.wr)
+	return s.l.f.PostAtomic(r, transport.Atomic{Op: op, Local: c.LocalAt(s.word + k), Remote: c.RemoteAt(r, w), CompareAdd: a, Swap: b})
 }
 
 // result is the old value in result word k.
 func (s *slot) result(k int) uint64 { return s.l.c.Load(s.word + k) }
 
 // atomic runs one atomic on rank r's word w and returns the old value.
-func (s *slot) atomic(r, w int, op verbs.Opcode, a, b uint64) (uint64, error) {
+func (s *slot) atomic(r, w int, op transport.AtomicOp, a, b uint64) (uint64, error) {
 	seq, err := s.post(r, w, op, a, b, 0)
 	if err != nil {
 		return 0, err
@@ -63,7 +57,7 @@ func (s *slot) atomic(r, w int, op verbs.Opcode, a, b uint64) (uint64, error) {
 // add adds v to rank r's word w (two's complement for negative v) and
 // returns the old value.
 func (s *slot) add(r, w int, v uint64) (uint64, error) {
-	return s.atomic(r, w, verbs.OpFetchAdd, v, 0)
+	return s.atomic(r, w, transport.FetchAddOp, v, 0)
 }
 
 // read returns rank r's word w, with an atomic (a fetch-add of zero): a
@@ -74,17 +68,17 @@ func (s *slot) read(r, w int) (uint64, error) { return s.add(r, w, 0) }
 // cas sets rank r's word w to new if it is old, and returns the value it
 // had (equal to old on success).
 func (s *slot) cas(r, w int, old, new uint64) (uint64, error) {
-	return s.atomic(r, w, verbs.OpCompareSwap, old, new)
+	return s.atomic(r, w, transport.CompareSwapOp, old, new)
 }
 
 // add2 adds v1 to r1's word w1 and v2 to r2's word w2, posting both before
 // waiting for either, and returns both old values.
 func (s *slot) add2(r1, w1 int, v1 uint64, r2, w2 int, v2 uint64) (uint64, uint64, error) {
-	seq1, err := s.post(r1, w1, verbs.OpFetchAdd, v1, 0, 0)
+	seq1, err := s.post(r1, w1, transport.FetchAddOp, v1, 0, 0)
 	if err != nil {
 		return 0, 0, err
 	}
-	seq2, err2 := s.post(r2, w2, verbs.OpFetchAdd, v2, 0, 1)
+	seq2, err2 := s.post(r2, w2, transport.FetchAddOp, v2, 0, 1)
 	err = s.l.f.Wait(r1, seq1)
 	if err2 == nil {
 		err2 = s.l.f.Wait(r2, seq2)

@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/rmago/rmago/sync/control"
-	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/transport"
 )
 
 // A target's Lock word:
@@ -98,11 +98,11 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uint64) error {
 	var err error
 	if !joined {
-		if seqG, err = sl.post(Leader, control.Global, verbs.OpFetchAdd, classExcl.one(), 0, 0); err != nil {
+		if seqG, err = sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.one(), 0, 0); err != nil {
 			return err
 		}
 	}
-	seqT, errT := sl.post(t, control.Lock, verbs.OpCompareSwap, 0, taken(l.me), 1)
+	seqT, errT := sl.post(t, control.Lock, transport.CompareSwapOp, 0, taken(l.me), 1)
 	if err := l.f.Wait(Leader, seqG); err != nil {
 		return err
 	}

@@ -116,7 +116,6 @@ import (
 
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // Misuse errors, errors.Is-able. They leave the state unchanged.
@@ -142,10 +141,8 @@ type PSCW struct {
 	size int
 	err  error // sticky: allocation failure, or ErrClosed
 
-	// Result words: land[r] receives the old values of atomics to rank r.
-	mem  *transport.Memory
-	mr   verbs.MR
-	land transport.Local
+	// Result words: word r receives the old values of atomics to rank r.
+	land *transport.Region
 
 	// Exposure side.
 	posted   bool
@@ -164,8 +161,6 @@ type PSCW struct {
 	seqs    []uint64 // Complete: sequence numbers, by index in access
 	markA   []uint32
 	stampA  uint32
-	wr      verbs.SendWR // Complete's atomics (the fabric copies it)
-	sge     [1]verbs.SGE
 }
 
 // New returns the PSCW protocol of the window whose control region is c.
@@ -180,19 +175,12 @@ func New(c *control.Region) *PSCW {
 		access: make([]int, 0, n), starts: make([]uint64, n), pending: make([]int, 0, n),
 		seqs: make([]uint64, n), markA: make([]uint32, n),
 	}
-	mem, err := transport.AllocMemory(8 * n)
+	land, err := c.F.AllocRegion(8*n, transport.LocalOnly)
 	if err != nil {
 		p.err = fmt.Errorf("pscw: result words: %w", err)
 		return p
 	}
-	mr, err := c.F.PD().RegMR(mem.Bytes(), verbs.AccessLocalWrite)
-	if err != nil {
-		mem.Free()
-		p.err = fmt.Errorf("pscw: registering result words: %w", err)
-		return p
-	}
-	p.mem, p.mr = mem, mr
-	p.land = transport.Local{Addr: mr.Addr(), LKey: mr.LKey()}
+	p.land = land
 	return p
 }
 
@@ -200,7 +188,7 @@ func New(c *control.Region) *PSCW {
 // result words. Call it when the window is freed, before its control
 // region is closed. Later calls fail with ErrClosed.
 func (p *PSCW) Close() error {
-	if p.mr == nil {
+	if p.land == nil {
 		p.err = ErrClosed
 		return nil
 	}
@@ -212,14 +200,14 @@ func (p *PSCW) Close() error {
 			}
 		}
 	}
-	errs = append(errs, p.mr.Dereg(), p.mem.Free())
-	p.mr, p.mem, p.err = nil, nil, ErrClosed
+	errs = append(errs, p.land.Close())
+	p.land, p.err = nil, ErrClosed
 	return errors.Join(errs...)
 }
 
 // landAt is the result word for atomics to rank r.
 func (p *PSCW) landAt(r int) transport.Local {
-	return transport.Local{Addr: p.land.Addr + 8*uint64(r), LKey: p.land.LKey}
+	return p.land.Local(8 * r)
 }
 
 // Post opens an exposure epoch of this rank's window to the ranks in group
@@ -341,10 +329,8 @@ func (p *PSCW) Complete() error {
 	var err error
 	n := 0
 	for i, t := range p.access {
-		local, remote := p.landAt(t), p.c.RemoteAt(t, control.CompleteFrom(p.size, p.me))
-		p.sge[0] = verbs.SGE{Addr: local.Addr, Length: 8, LKey: local.LKey}
-		p.wr = verbs.SendWR{Op: verbs.OpFetchAdd, Flags: verbs.Signaled, SGL: p.sge[:], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: 1}
-		seq, e := p.f.Post(t, &p.wr)
+		seq, e := p.f.PostAtomic(t, transport.Atomic{Op: transport.FetchAddOp, Local: p.landAt(t),
+			Remote: p.c.RemoteAt(t, control.CompleteFrom(p.size, p.me)), CompareAdd: 1})
 		if e != nil {
 			err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
 			break

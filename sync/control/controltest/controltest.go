@@ -17,7 +17,6 @@ import (
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // DataBytes is the size of each rank's data region; from StageOff up is
@@ -29,11 +28,10 @@ const (
 
 // Rank is one rank of an in-process test job.
 type Rank struct {
-	F      *transport.Fabric
-	C      *control.Region
-	Data   []byte
-	MR     verbs.MR
-	Remote []transport.Remote // every rank's data region
+	F    *transport.Fabric
+	C    *control.Region
+	Data []byte
+	Reg  *transport.Region // the data region, exchanged with every rank
 }
 
 func (r *Rank) Me() int   { return r.F.Rank() }
@@ -41,12 +39,12 @@ func (r *Rank) Size() int { return r.F.Size() }
 
 // Local is this rank's data region at off.
 func (r *Rank) Local(off int) transport.Local {
-	return transport.Local{Addr: r.MR.Addr() + uint64(off), LKey: r.MR.LKey()}
+	return r.Reg.Local(off)
 }
 
 // At is rank t's data region at off.
 func (r *Rank) At(t, off int) transport.Remote {
-	return transport.Remote{Addr: r.Remote[t].Addr + uint64(off), RKey: r.Remote[t].RKey}
+	return r.Reg.Remote(t, off)
 }
 
 func (r *Rank) U64(off int) uint64 { return binary.LittleEndian.Uint64(r.Data[off:]) }
@@ -132,28 +130,11 @@ func runRank(me, n, port int, secret []byte, opts Options, fn func(r *Rank) erro
 	if err != nil {
 		return err
 	}
-	mem, err := transport.AllocMemory(DataBytes)
+	reg, err := f.AllocRegionExchange(DataBytes, transport.AllAccess)
 	if err != nil {
 		return err
 	}
-	mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
-	if err != nil {
-		return err
-	}
-	r := &Rank{F: f, C: c, Data: mem.Bytes(), MR: mr}
-	var desc [12]byte
-	binary.LittleEndian.PutUint64(desc[:], mr.Addr())
-	binary.LittleEndian.PutUint32(desc[8:], mr.RKey())
-	all := make([][]byte, n)
-	for i := range all {
-		all[i] = make([]byte, len(desc))
-	}
-	if err := f.Allgather(desc[:], all); err != nil {
-		return err
-	}
-	for _, d := range all {
-		r.Remote = append(r.Remote, transport.Remote{Addr: binary.LittleEndian.Uint64(d), RKey: binary.LittleEndian.Uint32(d[8:])})
-	}
+	r := &Rank{F: f, C: c, Data: reg.Bytes(), Reg: reg}
 	if err := fn(r); err != nil {
 		return err
 	}
@@ -171,7 +152,6 @@ func runRank(me, n, port int, secret []byte, opts Options, fn func(r *Rank) erro
 	if err := f.Barrier(); err != nil { // nobody frees while others check
 		return err
 	}
-	mr.Dereg()
-	mem.Free()
+	reg.Close()
 	return c.Close()
 }
