@@ -25,7 +25,7 @@ func lone(t *testing.T, fn func(w *World, win *Window[int32], all []int32) error
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := InitWith(b, Options{Provider: "soft"})
+	w, err := initWith(b, transport.Options{Provider: "soft"})
 	if err != nil {
 		t.Fatal(err)
 	}

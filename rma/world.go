@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
+	"github.com/rmago/rmago/rma/internal/join"
 	"github.com/rmago/rmago/transport"
-	"github.com/rmago/rmago/verbs"
 )
 
 // Sentinel errors of the rma package. Test with errors.Is.
@@ -147,8 +148,35 @@ type localRegion struct {
 	owner      any
 }
 
-// Options configure InitWith; they are the transport's.
-type Options = transport.Options
+// Options configure InitWith. The zero value of a field reads the
+// environment (docs/launch.md).
+type Options struct {
+	Provider string        // soft, ibv or auto; "" reads RMAGO_PROVIDER
+	Device   string        // the provider's device; "" reads RMAGO_DEVICE
+	Timeout  time.Duration // bound of every blocking wait; 0 reads RMAGO_TIMEOUT, negative means none
+	Connect  string        // lazy or eager connection of peers; "" reads RMAGO_CONNECT
+	// Notice receives one-line notices (the auto provider's fallback to
+	// soft); nil writes them to stderr.
+	Notice func(string)
+}
+
+func (o Options) transport() transport.Options {
+	return transport.Options{Provider: o.Provider, Device: o.Device, Timeout: o.Timeout, Connect: o.Connect, Notice: o.Notice}
+}
+
+// Device describes the fabric device a World uses.
+type Device struct {
+	Name      string // device name: soft0 on the soft provider, else mlx5_0, rxe0, ...
+	Provider  string // soft or ibv
+	NetDev    string // network interface the device sits on, when known
+	LinkLayer string // InfiniBand, Ethernet (RoCE) or TCP
+	MTU       int    // active path MTU in bytes
+	MaxRegion uint64 // largest memory the device registers (a window's bytes)
+}
+
+func init() {
+	join.World = func(b transport.Bootstrap, opt transport.Options) (any, error) { return initWith(b, opt) }
+}
 
 // Init joins the job the environment describes: rmarun's (RMAGO_RANK,
 // RMAGO_SIZE, RMAGO_RENDEZVOUS, RMAGO_SECRET, RMAGO_ADDR, RMAGO_PROVIDER),
@@ -158,16 +186,20 @@ type Options = transport.Options
 // srun without --mpi=pmi2) gets an error naming a command that works.
 // See docs/launch.md. It is collective.
 func Init() (*World, error) {
+	return InitWith(Options{})
+}
+
+// InitWith is Init with explicit options.
+func InitWith(opt Options) (*World, error) {
 	b, err := transport.BootstrapFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	return InitWith(b, Options{})
+	return initWith(b, opt.transport())
 }
 
-// InitWith joins the job that bootstrap b describes, with explicit options.
-// Tests and other launchers use it; programs use Init.
-func InitWith(b transport.Bootstrap, opt Options) (*World, error) {
+// initWith joins the job that bootstrap b describes.
+func initWith(b transport.Bootstrap, opt transport.Options) (*World, error) {
 	topo, err := transport.TopologyOf(b)
 	if err != nil {
 		b.Close()
@@ -207,8 +239,12 @@ func (w *World) NodeSize() int { return w.topo.NodeSize() }
 // namespace, launcher's node name, or RMAGO_NODE) equals this rank's.
 func (w *World) LocalPeers() []int { return w.topo.LocalPeers() }
 
-// Provider describes the verbs device in use ("soft0" on the soft provider).
-func (w *World) Provider() verbs.DeviceAttr { return w.f.Device() }
+// Provider describes the device in use ("soft0" on the soft provider).
+func (w *World) Provider() Device {
+	d := w.f.Device()
+	return Device{Name: d.Name, Provider: d.Provider, NetDev: d.NetDev, LinkLayer: d.LinkLayer, MTU: d.MTU,
+		MaxRegion: d.MaxMRSize}
+}
 
 // Barrier returns once every rank has called it.
 func (w *World) Barrier() error {

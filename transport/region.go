@@ -87,7 +87,7 @@ type Region struct {
 	b     []byte
 	mem   *Memory // the region's own memory (AllocRegion), else nil
 	mr    verbs.MR
-	loc   Local    // byte 0 for this rank's requests
+	loc   Local // byte 0 for this rank's requests
 	acc   Access
 	peers []Remote // every rank's region, after Exchange
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/rma"
+	"github.com/rmago/rmago/rma/internal/join"
 	"github.com/rmago/rmago/transport"
 )
 
@@ -112,11 +113,12 @@ func Start(n int, fn func(w *rma.World) error) []error {
 				errs[r] = err
 				return
 			}
-			w, err := rma.InitWith(b, rma.Options{Provider: "soft", Timeout: Timeout})
+			v, err := join.World(b, transport.Options{Provider: "soft", Timeout: Timeout})
 			if err != nil {
 				errs[r] = err
 				return
 			}
+			w := v.(*rma.World)
 			errs[r] = fn(w)
 			if cerr := w.Close(); errs[r] == nil {
 				errs[r] = cerr
