@@ -42,16 +42,12 @@ func settled(f *Fabric, r int) {
 // exposeWord registers an 8-byte word of f's memory for remote access.
 func exposeWord(t *testing.T, f *Fabric) (*Memory, verbs.MR) {
 	t.Helper()
-	mem, err := AllocMemory(8)
+	g, err := f.AllocRegion(8, AllAccess)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mr.Dereg(); mem.Free() })
-	return mem, mr
+	t.Cleanup(func() { g.Close() })
+	return g.mem, g.mr
 }
 
 // awaitWord drives f, as a goroutine polling its own memory does, until
@@ -144,16 +140,11 @@ func TestConcurrentFirstPosts(t *testing.T) {
 	fs := openFabrics(t, 2, hangBound)
 	mem1, mr1 := exposeWord(t, fs[1])
 	const n = 32
-	sink, err := AllocMemory(8 * n)
+	sink, err := fs[0].AllocRegion(8*n, AllAccess)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sink.Free()
-	smr, err := fs[0].PD().RegMR(sink.Bytes(), verbs.AccessAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer smr.Dereg()
+	defer sink.Close()
 	remote := Remote{Addr: mr1.Addr(), RKey: mr1.RKey()}
 	start := make(chan struct{})
 	errs := make([]error, n)
@@ -161,7 +152,7 @@ func TestConcurrentFirstPosts(t *testing.T) {
 	for g := range n {
 		wg.Go(func() {
 			<-start
-			local := Local{Addr: smr.Addr() + uint64(8*g), LKey: smr.LKey()}
+			local := sink.Local(8 * g)
 			seq, err := fs[0].FetchAdd(1, local, remote, 1)
 			if err == nil {
 				err = fs[0].Wait(1, seq)

@@ -95,26 +95,23 @@ func TestBarrierAndAllgather(t *testing.T) {
 // sharedPage allocates and registers a page on every rank and gathers
 // each rank's address and rkey (8 + 4 bytes) into all; done frees it.
 func sharedPage(f *Fabric) (mem *Memory, mr verbs.MR, all [][]byte, done func(), err error) {
-	if mem, err = AllocMemory(4096); err != nil {
+	g, err := f.AllocRegionExchange(4096, AllAccess)
+	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	if mr, err = f.PD().RegMR(mem.Bytes(), verbs.AccessAll); err != nil {
-		mem.Free()
-		return nil, nil, nil, nil, err
+	return g.mem, g.mr, descs(g), func() { g.Close() }, nil
+}
+
+// descs is every rank's address and rkey (8 + 4 bytes) of an exchanged
+// region.
+func descs(g *Region) [][]byte {
+	all := make([][]byte, len(g.peers))
+	for r, p := range g.peers {
+		all[r] = make([]byte, 12)
+		putU64(all[r], p.Addr)
+		putU32(all[r][8:], p.RKey)
 	}
-	done = func() { mr.Dereg(); mem.Free() }
-	desc := make([]byte, 12)
-	putU64(desc, mr.Addr())
-	putU32(desc[8:], mr.RKey())
-	all = make([][]byte, f.Size())
-	for i := range all {
-		all[i] = make([]byte, 12)
-	}
-	if err = f.Allgather(desc, all); err != nil {
-		done()
-		return nil, nil, nil, nil, err
-	}
-	return mem, mr, all, done, nil
+	return all
 }
 
 func TestFlushAfterManyUnsignaled(t *testing.T) {
@@ -183,7 +180,7 @@ func getU32(b []byte) (v uint32) {
 }
 
 // TestNoAllocs: the data path of the fabric allocates nothing in steady
-// state: a write, a read and an atomic with their waits, a flush, a
+// state: a write, a read and atomics (unsignalled, signalled) with their waits, a flush, a
 // notification and its wait, a barrier.
 func TestNoAllocs(t *testing.T) {
 	openJob(t, 2, func(f *Fabric) error {
@@ -205,6 +202,8 @@ func TestNoAllocs(t *testing.T) {
 			seq, err = f.Read(peer, local, rem, 64)
 			errs = errors.Join(errs, err, f.Wait(peer, seq))
 			seq, err = f.FetchAdd(peer, local, Remote{Addr: rem.Addr + 256, RKey: rem.RKey}, 1)
+			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			seq, err = f.PostAtomic(peer, Atomic{Op: CompareSwapOp, Local: local, Remote: Remote{Addr: rem.Addr + 264, RKey: rem.RKey}})
 			errs = errors.Join(errs, err, f.Wait(peer, seq))
 			_, err = f.Write(peer, local, rem, 8)
 			errs = errors.Join(errs, err, f.Flush(peer), f.FlushAll())

@@ -193,22 +193,11 @@ func TestStoppedPeerChild(t *testing.T) {
 // sharedRegion allocates and registers size bytes on every rank and
 // gathers each rank's address and rkey (8 + 4 bytes) into all.
 func sharedRegion(f *Fabric, size int) (*Memory, verbs.MR, [][]byte, error) {
-	mem, err := AllocMemory(size)
+	g, err := f.AllocRegionExchange(size, AllAccess)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	mr, err := f.PD().RegMR(mem.Bytes(), verbs.AccessAll)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	desc := make([]byte, 12)
-	putU64(desc, mr.Addr())
-	putU32(desc[8:], mr.RKey())
-	all := make([][]byte, f.Size())
-	for i := range all {
-		all[i] = make([]byte, 12)
-	}
-	return mem, mr, all, f.Allgather(desc, all)
+	return g.mem, g.mr, descs(g), nil
 }
 
 // TestStoppedPeer (item 3): a put to a rank whose process is stopped
