@@ -330,9 +330,6 @@ func (f *Fabric) Rank() int { return f.rank }
 // Size is the number of ranks in the job.
 func (f *Fabric) Size() int { return f.size }
 
-// PD is the protection domain regions must be registered in.
-func (f *Fabric) PD() verbs.PD { return f.pd }
-
 // Device describes the device in use.
 func (f *Fabric) Device() verbs.DeviceAttr { return f.ctx.Attr() }
 
