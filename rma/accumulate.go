@@ -196,7 +196,8 @@ func (win *Window[T]) compareAndSwap(compare, value T, target, disp int) (T, err
 			// Read the word atomically first: a swap that cannot match.
 			want = guess
 		}
-		seq, err := w.f.CompareSwap(target, a.local(0), word, guess, want)
+		// Signalled: its own completion ends the wait, with no flush request.
+		seq, err := w.f.PostAtomic(target, transport.Atomic{Op: transport.CompareSwapOp, Local: a.local(0), Remote: word, CompareAdd: guess, Swap: want})
 		if err != nil {
 			return 0, err
 		}
