@@ -50,6 +50,18 @@ func (m *Memory) Free() error {
 	return syscall.Munmap(b)
 }
 
+// Local is registered memory of this rank: an address and its lkey.
+type Local struct {
+	Addr uint64
+	LKey uint32
+}
+
+// Remote is registered memory of a peer: an address and its rkey.
+type Remote struct {
+	Addr uint64
+	RKey uint32
+}
+
 // Access is what a Region allows: its local use by the requests of this
 // rank, and what peers may do to it.
 type Access uint8
