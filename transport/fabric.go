@@ -23,24 +23,26 @@ import (
 
 	json "github.com/goccy/go-json"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
 	"github.com/rmago/rmago/verbs/ibv"    // real RDMA (libibverbs, build tag ibv)
 	_ "github.com/rmago/rmago/verbs/soft" // the embedded default provider
 )
 
-// Environment variables read by Open.
+// Environment variables read by Open (through internal/config, which
+// checks them; docs/config.md lists them all).
 const (
 	// EnvProvider selects the verbs provider: soft, ibv or auto (default).
-	EnvProvider = "RMAGO_PROVIDER"
+	EnvProvider = config.EnvProvider
 	// EnvDevice selects the device of the provider by name.
-	EnvDevice = "RMAGO_DEVICE"
+	EnvDevice = config.EnvDevice
 	// EnvTimeout bounds every blocking wait (a Go duration; default 2m,
 	// 0 for none). A wait that passes it fails with ErrTimeout.
-	EnvTimeout = "RMAGO_TIMEOUT"
+	EnvTimeout = config.EnvTimeout
 	// EnvConnect says when peers are connected: lazy (default: on first
 	// use, where the provider can; connect.go) or eager (all at Open).
-	EnvConnect = "RMAGO_CONNECT"
+	EnvConnect = config.EnvConnect
 )
 
 // Errors of the fabric. Errors from completions wrap the verbs sentinels
@@ -176,10 +178,12 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	f.cond.L = &f.mu
 	f.othersFn = f.others
 	f.checkFn = f.checkRank
-	if err := f.setTimeout(opt.Timeout); err != nil {
+	s, err := settings(opt)
+	if err != nil {
 		return nil, err
 	}
-	provName, err := f.openProvider(b, opt)
+	f.timeout = s.Timeout
+	provName, err := f.openProvider(b, s, opt.Notice)
 	if err != nil {
 		return nil, err
 	}
@@ -198,10 +202,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	}
 	f.wcs = make([]verbs.WC, 64)
 	f.peers = make([]atomic.Pointer[peer], f.size)
-	lazy, err := f.lazyConnect(opt)
-	if err != nil {
-		return nil, err
-	}
+	lazy := f.lazyConnect(s)
 	me := hello{Provider: provName}
 	if lazy {
 		ep := f.cm.ListenEndpoint()
@@ -270,50 +271,21 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	return f, nil
 }
 
-func (f *Fabric) setTimeout(d time.Duration) error {
-	switch {
-	case d < 0:
-		f.timeout = 0
-	case d > 0:
-		f.timeout = d
-	default:
-		f.timeout = 2 * time.Minute
-		if s := os.Getenv(EnvTimeout); s != "" {
-			v, err := time.ParseDuration(s)
-			if err != nil || v < 0 {
-				return fmt.Errorf("transport: bad %s=%q", EnvTimeout, s)
-			}
-			f.timeout = v
-		}
-	}
-	return nil
-}
-
 // openProvider picks and opens the provider: soft, ibv, or auto (ibv when a
 // usable device exists, else soft with a one-line notice).
-func (f *Fabric) openProvider(b Bootstrap, opt Options) (string, error) {
-	name := opt.Provider
-	if name == "" {
-		name = os.Getenv(EnvProvider)
-	}
-	device := opt.Device
-	if device == "" {
-		device = os.Getenv(EnvDevice)
-	}
-	// The provider bounds a write to a peer that takes no data, and a frame
-	// a peer stops sending halfway, by the same timeout as every wait.
-	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: f.timeout}
+func (f *Fabric) openProvider(b Bootstrap, s config.Settings, notice func(string)) (string, error) {
+	name, device := s.Provider, s.Device
+	cfg := providerConfig(b, s, f.timeout)
 	switch name {
 	case "", "auto":
 		// rdmamap looks for RDMA devices in sysfs; ibv is used when one is
 		// usable and the provider is compiled in.
-		if ibv.Available() {
+		if ibv.Available(device, s.NetDev) {
 			var err error
 			if f.ctx, err = verbs.Open("ibv", device, cfg); err == nil {
 				return "ibv", nil
 			}
 		}
-		notice := opt.Notice
 		if notice == nil {
 			notice = func(s string) { fmt.Fprintln(os.Stderr, s) }
 		}
