@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/internal/pmi"
 )
@@ -47,8 +48,13 @@ var BootstrapTimeout = 60 * time.Second
 // wire is RMAGO_PMI, 1 or 2); else the process is a job of one rank. The
 // environment of a multi-rank job rmago cannot join (Open MPI's mpirun, a
 // PMIx-only launcher, srun without --mpi=pmi2) is an error wrapping
-// ErrBootstrap and launch.ErrLauncher. See docs/launch.md.
+// ErrBootstrap and launch.ErrLauncher. See docs/launch.md. First of all it
+// checks the RMAGO_* settings (internal/config, docs/config.md): a bad one
+// is an error wrapping ErrConfig, before any peer is contacted.
 func BootstrapFromEnv() (Bootstrap, error) {
+	if _, err := config.FromEnv(); err != nil {
+		return nil, err
+	}
 	kind, err := launch.Detect(os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBootstrap, err)

@@ -2,9 +2,9 @@ package transport
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
 )
@@ -42,26 +42,18 @@ type connStats struct {
 }
 
 // lazyConnect decides whether peers are connected on first use: when the
-// provider can (verbs.ConnManager) and neither opt.Connect nor
-// RMAGO_CONNECT says eager.
-func (f *Fabric) lazyConnect(opt Options) (bool, error) {
-	mode := opt.Connect
-	if mode == "" {
-		mode = os.Getenv(EnvConnect)
-	}
-	switch mode {
-	case "", "lazy":
-	case "eager":
-		return false, nil
-	default:
-		return false, fmt.Errorf("transport: bad %s=%q (lazy or eager)", EnvConnect, mode)
+// provider can (verbs.ConnManager) and neither Options.Connect nor
+// RMAGO_CONNECT says eager (s.Connect; settings checked the value).
+func (f *Fabric) lazyConnect(s config.Settings) bool {
+	if s.Connect == "eager" {
+		return false
 	}
 	cm, ok := f.ctx.(verbs.ConnManager)
 	if !ok || f.size == 1 {
-		return false, nil
+		return false
 	}
 	f.cm = cm
-	return true, nil
+	return true
 }
 
 // peerOf returns rank r's peer, connected: connecting it first if this is

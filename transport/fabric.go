@@ -13,28 +13,29 @@ package transport
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	json "github.com/goccy/go-json"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/verbs"
 )
 
-// Environment variables read by Open.
+// Environment variables read by Open (through internal/config, which
+// checks them; docs/config.md lists them all).
 const (
 	// EnvProvider selects the verbs provider: soft, ibv or auto (default).
-	EnvProvider = "RMAGO_PROVIDER"
+	EnvProvider = config.EnvProvider
 	// EnvDevice selects the device of the provider by name.
-	EnvDevice = "RMAGO_DEVICE"
+	EnvDevice = config.EnvDevice
 	// EnvTimeout bounds every blocking wait (a Go duration; default 2m,
 	// 0 for none). A wait that passes it fails with ErrTimeout.
-	EnvTimeout = "RMAGO_TIMEOUT"
+	EnvTimeout = config.EnvTimeout
 	// EnvConnect says when peers are connected: lazy (default: on first
 	// use, where the provider can; connect.go) or eager (all at Open).
-	EnvConnect = "RMAGO_CONNECT"
+	EnvConnect = config.EnvConnect
 )
 
 // Errors of the fabric. Errors from completions wrap the verbs sentinels
@@ -158,10 +159,12 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	f.cond.L = &f.mu
 	f.othersFn = f.others
 	f.checkFn = f.checkRank
-	if err := f.setTimeout(opt.Timeout); err != nil {
+	s, err := settings(opt)
+	if err != nil {
 		return nil, err
 	}
-	provName, err := f.openProvider(b, opt)
+	f.timeout = s.Timeout
+	provName, err := f.openProvider(b, s, opt.Notice)
 	if err != nil {
 		return nil, err
 	}
@@ -180,10 +183,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	}
 	f.wcs = make([]verbs.WC, 64)
 	f.peers = make([]atomic.Pointer[peer], f.size)
-	lazy, err := f.lazyConnect(opt)
-	if err != nil {
-		return nil, err
-	}
+	lazy := f.lazyConnect(s)
 	me := hello{Provider: provName}
 	if lazy {
 		ep := f.cm.ListenEndpoint()
@@ -247,25 +247,6 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	}
 	ok = true
 	return f, nil
-}
-
-func (f *Fabric) setTimeout(d time.Duration) error {
-	switch {
-	case d < 0:
-		f.timeout = 0
-	case d > 0:
-		f.timeout = d
-	default:
-		f.timeout = 2 * time.Minute
-		if s := os.Getenv(EnvTimeout); s != "" {
-			v, err := time.ParseDuration(s)
-			if err != nil || v < 0 {
-				return fmt.Errorf("transport: bad %s=%q", EnvTimeout, s)
-			}
-			f.timeout = v
-		}
-	}
-	return nil
 }
 
 func (f *Fabric) newQP() (verbs.QP, error) {

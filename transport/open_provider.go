@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/verbs"
 	"github.com/rmago/rmago/verbs/ibv"    // real RDMA (libibverbs, build tag ibv)
 	_ "github.com/rmago/rmago/verbs/soft" // the embedded default provider
@@ -11,29 +12,19 @@ import (
 
 // openProvider picks and opens the provider: soft, ibv, or auto (ibv when a
 // usable device exists, else soft with a one-line notice).
-func (f *Fabric) openProvider(b Bootstrap, opt Options) (string, error) {
-	name := opt.Provider
-	if name == "" {
-		name = os.Getenv(EnvProvider)
-	}
-	device := opt.Device
-	if device == "" {
-		device = os.Getenv(EnvDevice)
-	}
-	// The provider bounds a write to a peer that takes no data, and a frame
-	// a peer stops sending halfway, by the same timeout as every wait.
-	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: f.timeout}
+func (f *Fabric) openProvider(b Bootstrap, s config.Settings, notice func(string)) (string, error) {
+	name, device := s.Provider, s.Device
+	cfg := providerConfig(b, s, f.timeout)
 	switch name {
 	case "", "auto":
 		// rdmamap looks for RDMA devices in sysfs; ibv is used when one is
 		// usable and the provider is compiled in.
-		if ibv.Available() {
+		if ibv.Available(device, s.NetDev) {
 			var err error
 			if f.ctx, err = verbs.Open("ibv", device, cfg); err == nil {
 				return "ibv", nil
 			}
 		}
-		notice := opt.Notice
 		if notice == nil {
 			notice = func(s string) { fmt.Fprintln(os.Stderr, s) }
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/internal/pmi"
 )
@@ -48,15 +49,12 @@ func BootstrapPMI(cfg PMIConfig) (Bootstrap, error) {
 	if remember {
 		cfg.Getenv = os.Getenv
 	}
+	s, err := config.Load(cfg.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBootstrap, err)
+	}
 	if cfg.Wire == 0 {
-		switch v := cfg.Getenv(launch.EnvPMI); v {
-		case "", "1":
-			cfg.Wire = 1
-		case "2":
-			cfg.Wire = 2
-		default:
-			return nil, fmt.Errorf("%w: %s=%q: want 1 or 2", ErrBootstrap, launch.EnvPMI, v)
-		}
+		cfg.Wire = s.PMI
 	}
 	key := pmiSessionKey(cfg.Getenv)
 	if remember {
@@ -67,7 +65,6 @@ func BootstrapPMI(cfg PMIConfig) (Bootstrap, error) {
 		}
 	}
 	var c pmi.Client
-	var err error
 	if cfg.Wire == pmi.WirePMIx {
 		c, err = pmi.OpenPMIx(cfg.Trace)
 	} else {

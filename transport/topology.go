@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rmago/rmago/internal/launch"
+	"github.com/rmago/rmago/internal/config"
 )
 
 // Topology says which ranks of a job share a node, so that node-local peers
@@ -92,7 +92,7 @@ func TopologyOf(b Bootstrap) (Topology, error) {
 // The parts only ever split a machine, never join two: ranks wrongly apart
 // lose a faster path, ranks wrongly together would break.
 func LocalNode(getenv func(string) string) string {
-	if v := getenv(launch.EnvNode); v != "" {
+	if v := getenv(config.EnvNode); v != "" {
 		return v
 	}
 	return machineID() + "|" + getenv("SLURMD_NODENAME") + "|" + getenv("MPIR_CVAR_CH3_INTERFACE_HOSTNAME")

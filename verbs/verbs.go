@@ -206,6 +206,17 @@ type Config struct {
 	// requests complete with StatusTransport and its cause wraps
 	// ErrTimeout. 0: no bound.
 	Timeout time.Duration
+	// NetDev (ibv provider) names a network interface: Open with no
+	// device name opens the RDMA device on it. "": the first usable one.
+	NetDev string
+	// Spin (soft provider) is how long a waiting goroutine goes on
+	// polling after the last frame it ran before it sleeps. 0: the
+	// provider's default; negative: never poll.
+	Spin time.Duration
+	// SpinPolls (ibv provider) fixes how many times CQ.Wait polls before
+	// it sleeps on the completion channel. 0: each CQ adapts it;
+	// negative: sleep at once.
+	SpinPolls int
 }
 
 // Provider opens devices. Implementations call Register from an init function.

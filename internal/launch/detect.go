@@ -4,18 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/rmago/rmago/internal/config"
 )
 
-// More variables of the contract, read by every rank whatever started it.
+// Settings read by every rank whatever started it; internal/config
+// parses and checks them.
 const (
 	// EnvNode overrides the rank's node identity: ranks with equal values
 	// share a node (see transport.LocalNode). Tests set it to split the
 	// ranks of one machine into pretend nodes.
-	EnvNode = "RMAGO_NODE"
+	EnvNode = config.EnvNode
 
 	// EnvPMI selects the PMI wire protocol under a PMI launcher: "1"
 	// (default) or "2".
-	EnvPMI = "RMAGO_PMI"
+	EnvPMI = config.EnvPMI
 )
 
 // Launcher is what started this process, as its environment shows.

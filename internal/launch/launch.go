@@ -6,7 +6,9 @@
 // named by the Env* constants. A rank reads them at start-up: rank 0 listens
 // for the bootstrap rendezvous on the address in EnvRendezvous, the other
 // ranks connect to it, and all of them authenticate with the per-job key in
-// EnvSecret.
+// EnvSecret. The user's settings among the RMAGO_* variables (EnvProvider,
+// EnvNode, EnvPMI and SpinEnv name some of them here) are internal/config's
+// to define, parse and check; docs/config.md lists every variable.
 package launch
 
 import (
@@ -16,6 +18,8 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+
+	"github.com/rmago/rmago/internal/config"
 )
 
 // Names of the environment variables that describe a job to each rank.
@@ -39,8 +43,9 @@ const (
 
 	// EnvProvider optionally selects the fabric provider: "soft", "ibv" or
 	// "auto". The launcher sets it only when asked to; otherwise a value in
-	// the caller's environment is inherited.
-	EnvProvider = "RMAGO_PROVIDER"
+	// the caller's environment is inherited. It is a user setting, checked
+	// by internal/config.
+	EnvProvider = config.EnvProvider
 
 	// EnvJobID holds a short random hex identifier of the job, for logs.
 	EnvJobID = "RMAGO_JOBID"
@@ -82,8 +87,8 @@ func CoreShare(n int) []string {
 	return []string{"GOMAXPROCS=" + strconv.Itoa(min(cpu, cpu/n+1))}
 }
 
-// SpinEnv names the soft provider's polling setting (verbs/soft).
-const SpinEnv = "RMAGO_SOFT_SPIN"
+// SpinEnv names the soft provider's polling setting (internal/config).
+const SpinEnv = config.EnvSoftSpin
 
 // SpinShare turns the soft provider's polling off (RMAGO_SOFT_SPIN=0) when
 // n local ranks are more than the machine's cores, unless the caller set

@@ -2,21 +2,10 @@ package ibv
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/rmago/rmago/verbs"
-)
-
-// Environment variables that steer device selection when a caller opens
-// the provider's default device (verbs.Open("ibv", "", cfg)).
-const (
-	// EnvDevice names the RDMA device to use, e.g. "mlx5_0" or "rxe0".
-	EnvDevice = "RMAGO_DEVICE"
-	// EnvNetDev names a network interface; the RDMA device on it is used.
-	// EnvDevice wins when both are set.
-	EnvNetDev = "RMAGO_NETDEV"
 )
 
 // SysPort is one port of an RDMA device as sysfs shows it.
@@ -60,13 +49,12 @@ func SysDevices() ([]SysDevice, error) {
 	return devs, nil
 }
 
-// DefaultDevice picks the device verbs.Open("ibv", "", ...) opens: the one
-// named by $RMAGO_DEVICE, else the one on interface $RMAGO_NETDEV, else
-// the first usable device, else the first device. The error wraps
-// verbs.ErrNoDevice.
-func DefaultDevice() (string, error) {
+// DefaultDevice picks the device verbs.Open("ibv", "", cfg) opens: the one
+// on network interface netdev (cfg.NetDev) if it is not "", else the first
+// usable device, else the first device. The error wraps verbs.ErrNoDevice.
+func DefaultDevice(netdev string) (string, error) {
 	devs, _ := SysDevices()
-	return selectDevice(devs, os.Getenv(EnvDevice), os.Getenv(EnvNetDev))
+	return selectDevice(devs, "", netdev)
 }
 
 func selectDevice(devs []SysDevice, name, netdev string) (string, error) {
@@ -76,7 +64,7 @@ func selectDevice(devs []SysDevice, name, netdev string) (string, error) {
 				return name, nil
 			}
 		}
-		return "", fmt.Errorf("%w: %s=%q not found (devices: %s)", verbs.ErrNoDevice, EnvDevice, name, deviceNames(devs))
+		return "", fmt.Errorf("%w: device %q not found (devices: %s)", verbs.ErrNoDevice, name, deviceNames(devs))
 	}
 	if netdev != "" {
 		for _, d := range devs {
@@ -87,7 +75,7 @@ func selectDevice(devs []SysDevice, name, netdev string) (string, error) {
 		if dev := rdmaDeviceForNetdev(netdev); dev != "" {
 			return dev, nil
 		}
-		return "", fmt.Errorf("%w: no RDMA device on %s=%q (devices: %s)", verbs.ErrNoDevice, EnvNetDev, netdev, deviceNames(devs))
+		return "", fmt.Errorf("%w: no RDMA device on network interface %q (devices: %s)", verbs.ErrNoDevice, netdev, deviceNames(devs))
 	}
 	for _, d := range devs {
 		if d.Usable() {
@@ -112,16 +100,16 @@ func deviceNames(devs []SysDevice) string {
 }
 
 // Available reports whether the ibv provider can be used here: it was
-// compiled in (build tag ibv, Linux, cgo) and the device DefaultDevice
-// selects is usable. The transport's auto mode calls it to choose between
+// compiled in (build tag ibv, Linux, cgo) and the device verbs.Open("ibv",
+// device, verbs.Config{NetDev: netdev}) would open is usable. The transport's auto mode calls it to choose between
 // hardware verbs and the software provider; it reads sysfs only and never
 // prints anything.
-func Available() bool {
+func Available(device, netdev string) bool {
 	if !providerBuilt {
 		return false
 	}
 	devs, _ := SysDevices()
-	name, err := selectDevice(devs, os.Getenv(EnvDevice), os.Getenv(EnvNetDev))
+	name, err := selectDevice(devs, device, netdev)
 	if err != nil {
 		return false
 	}

@@ -17,12 +17,10 @@ func TestNoDeviceHost(t *testing.T) {
 	if len(devs) > 0 {
 		t.Skipf("host has RDMA devices: %+v", devs)
 	}
-	t.Setenv(EnvDevice, "")
-	t.Setenv(EnvNetDev, "")
-	if Available() {
+	if Available("", "") {
 		t.Errorf("Available() = true with no devices")
 	}
-	if _, err := DefaultDevice(); !errors.Is(err, verbs.ErrNoDevice) {
+	if _, err := DefaultDevice(""); !errors.Is(err, verbs.ErrNoDevice) {
 		t.Errorf("DefaultDevice: %v, want ErrNoDevice", err)
 	}
 	p, err := verbs.Lookup("ibv")
@@ -52,14 +50,13 @@ func TestSysDevicesListed(t *testing.T) {
 			t.Errorf("implausible device %+v", d)
 		}
 	}
-	if name, err := DefaultDevice(); err != nil || name == "" {
+	if name, err := DefaultDevice(""); err != nil || name == "" {
 		t.Errorf("DefaultDevice: %q, %v", name, err)
 	}
 	for _, d := range devs {
 		for _, nd := range d.NetDevs {
-			t.Setenv(EnvNetDev, nd)
-			if got, err := DefaultDevice(); err != nil || got != d.Name {
-				t.Errorf("%s=%s selects %q, %v; want %s", EnvNetDev, nd, got, err, d.Name)
+			if got, err := DefaultDevice(nd); err != nil || got != d.Name {
+				t.Errorf("netdev %s selects %q, %v; want %s", nd, got, err, d.Name)
 			}
 		}
 	}

@@ -16,15 +16,16 @@
 // it. Device discovery (SysDevices, DefaultDevice, Available) reads sysfs
 // in pure Go and works in every build.
 //
-// Device selection for verbs.Open("ibv", "", ...): $RMAGO_DEVICE names the
-// device; else $RMAGO_NETDEV names a network interface whose RDMA device is
-// used; else the first device with an active port.
+// Device selection for verbs.Open("ibv", device, cfg): the named device;
+// else, with device "", the RDMA device on network interface cfg.NetDev;
+// else the first device with an active port. The provider reads no
+// environment: transport passes RMAGO_DEVICE and RMAGO_NETDEV on.
 //
 // CQ.Wait polls the CQ for a few microseconds, then sleeps on the CQ's
 // completion channel until the device signals a completion; the number of
 // polls adapts to what a sleep costs on the machine, or is fixed by
-// $RMAGO_IBV_SPIN (0: sleep at once). docs/rdma.md describes the provider
-// in full.
+// cfg.SpinPolls (RMAGO_IBV_SPIN through transport; negative: sleep at
+// once). docs/rdma.md describes the provider in full.
 //
 // Memory handed to PD.RegMR must stay put while registered: the NIC reads
 // and writes it by virtual address behind the Go runtime's back. Allocate

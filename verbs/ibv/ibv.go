@@ -384,9 +384,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -424,20 +422,10 @@ const (
 	maxSpin = 256
 )
 
-// EnvSpin names the variable that fixes the length of CQ.Wait's busy phase
-// in polls: 0 sleeps on the completion channel at once, a large count
-// busy-polls. Unset, each CQ adapts it between minSpin and maxSpin (see
-// cq.spinBudget).
-const EnvSpin = "RMAGO_IBV_SPIN"
-
-// fixedSpin is the busy phase's length set by EnvSpin, or -1 (adaptive);
-// tests change it.
-var fixedSpin = func() int {
-	if n, err := strconv.Atoi(os.Getenv(EnvSpin)); err == nil && n >= 0 {
-		return n
-	}
-	return -1
-}()
+// fixedSpin fixes the busy phase's length in polls for the CQs of contexts
+// whose verbs.Config.SpinPolls is 0; -1 (the default) adapts it. Tests
+// change it.
+var fixedSpin = -1
 
 func init() { verbs.Register("ibv", provider{}) }
 
@@ -514,9 +502,10 @@ func (provider) Devices() ([]verbs.DeviceAttr, error) {
 	return out, nil
 }
 
-// Open opens the named device, or DefaultDevice's choice when device is "".
-// cfg.Port selects the port (0: 1) and cfg.GIDIndex the GID (-1: the RoCE v2
-// GID of an IPv4 address, else the best other one).
+// Open opens the named device, or DefaultDevice(cfg.NetDev)'s choice when
+// device is "". cfg.Port selects the port (0: 1), cfg.GIDIndex the GID (-1:
+// the RoCE v2 GID of an IPv4 address, else the best other one) and
+// cfg.SpinPolls CQ.Wait's busy phase.
 func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	l, names, err := deviceList()
 	if err != nil {
@@ -524,7 +513,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	}
 	defer C.ibv_free_device_list(l)
 	if device == "" {
-		if device, err = DefaultDevice(); err != nil {
+		if device, err = DefaultDevice(cfg.NetDev); err != nil {
 			return nil, err
 		}
 	}
@@ -549,6 +538,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 		c.Close()
 		return nil, err
 	}
+	c.spinPolls = cfg.SpinPolls
 	return c, nil
 }
 
@@ -568,6 +558,8 @@ type devContext struct {
 	gidIndex int
 	gid      [16]byte
 	global   bool // use a GRH (RoCE, or a GID chosen on InfiniBand)
+
+	spinPolls int // verbs.Config.SpinPolls (cq.fixed)
 
 	mu     sync.Mutex
 	closed bool
@@ -994,9 +986,10 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 	if n > 0 || err != nil || len(wc) == 0 {
 		return n, err
 	}
+	fixed := q.fixed()
 	polls := q.spinBudget()
 	var start time.Time
-	if fixedSpin < 0 {
+	if fixed < 0 {
 		start = time.Now()
 	}
 	for range polls {
@@ -1005,10 +998,19 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 			return n, err
 		}
 	}
-	if fixedSpin < 0 {
+	if fixed < 0 {
 		q.stepNs.Store(nextStep(q.stepNs.Load(), int64(time.Since(start))/int64(polls)))
 	}
 	return q.block(wc, deadline)
+}
+
+// fixed is the busy phase's length in polls that the context's
+// verbs.Config.SpinPolls fixes (negative: 0), else fixedSpin's: -1 adapts.
+func (q *cq) fixed() int {
+	if n := q.c.spinPolls; n != 0 {
+		return max(n, 0)
+	}
+	return fixedSpin
 }
 
 // spinBudget is the number of polls in Wait's busy phase. Spinning as long
@@ -1020,8 +1022,8 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 // event takes hundreds of microseconds, it grows towards maxSpin. Waits
 // that the busy phase satisfies leave the estimates as they are.
 func (q *cq) spinBudget() int {
-	if fixedSpin >= 0 {
-		return fixedSpin
+	if fixed := q.fixed(); fixed >= 0 {
+		return fixed
 	}
 	sl, st := q.sleepNs.Load(), q.stepNs.Load()
 	if sl <= 0 || st <= 0 {
@@ -1078,7 +1080,7 @@ func (q *cq) block(wc []verbs.WC, deadline time.Time) (int, error) {
 		k := int(C.rg_cq_block(q.w, C.int(n), q.wraw, &q.wout[0], C.int(ms)))
 		switch {
 		case k > 0:
-			if q.w.slept != 0 && fixedSpin < 0 {
+			if q.w.slept != 0 && q.fixed() < 0 {
 				q.sleepNs.Store(nextSleep(q.sleepNs.Load(), int64(time.Since(t))))
 			}
 			convertWCs(q.wout[:k], wc)

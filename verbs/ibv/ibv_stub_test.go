@@ -24,7 +24,7 @@ func TestStubProvider(t *testing.T) {
 	if !errors.Is(err, verbs.ErrNoDevice) || !strings.Contains(err.Error(), "libibverbs-dev") {
 		t.Errorf("Open: %v; want ErrNoDevice with build instructions", err)
 	}
-	if Available() {
+	if Available("", "") {
 		t.Errorf("Available() = true without the provider compiled in")
 	}
 }

@@ -180,7 +180,7 @@ func TestDeviceAttr(t *testing.T) {
 	if err != nil || !slices.ContainsFunc(list, func(d verbs.DeviceAttr) bool { return d.Name == a.Name }) {
 		t.Errorf("Devices() = %v, %v; want %s listed", list, err, a.Name)
 	}
-	if !Available() {
+	if !Available("", "") {
 		t.Errorf("Available() = false with %s open", a.Name)
 	}
 	if _, err := verbs.Open("ibv", "no-such-dev", verbs.Config{GIDIndex: -1}); !errors.Is(err, verbs.ErrNoDevice) {

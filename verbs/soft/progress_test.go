@@ -5,31 +5,42 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/verbs"
 )
 
 // Tests of the receive engine driven by waiting goroutines (rx.go).
 
-// TestSpinSetting: RMAGO_SOFT_SPIN is a duration; anything else is refused.
+// TestSpinSetting: verbs.Config.Spin sets the polling time (0: DefaultSpin,
+// negative: none); RMAGO_SOFT_SPIN reaches it as transport passes it
+// (envConfig), and a bad value is refused before any context opens.
 func TestSpinSetting(t *testing.T) {
+	for _, c := range []struct{ spin, want time.Duration }{{0, DefaultSpin}, {-1, 0}, {250 * time.Microsecond, 250 * time.Microsecond}} {
+		ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret, Spin: c.spin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ctx.(*context).prog.spinFor; got != c.want {
+			t.Errorf("Config.Spin %v: spin %v, want %v", c.spin, got, c.want)
+		}
+		ctx.Close()
+	}
 	for _, v := range []string{"x", "-1ms", "10"} {
 		t.Setenv("RMAGO_SOFT_SPIN", v)
-		if _, err := verbs.Open(Name, "", verbs.Config{Secret: secret}); !errors.Is(err, verbs.ErrInvalid) {
+		if _, err := envConfig(); !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "RMAGO_SOFT_SPIN") {
 			t.Errorf("RMAGO_SOFT_SPIN=%q: %v", v, err)
 		}
 	}
-	t.Setenv("RMAGO_SOFT_SPIN", "250us")
-	ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctx.Close()
-	if got := ctx.(*context).prog.spinFor; got != 250*time.Microsecond {
-		t.Errorf("spin %v", got)
+	for v, want := range map[string]time.Duration{"250us": 250 * time.Microsecond, "0": 0, "": DefaultSpin} {
+		t.Setenv("RMAGO_SOFT_SPIN", v)
+		if got := newSide(t, 64).ctx.(*context).prog.spinFor; got != want {
+			t.Errorf("RMAGO_SOFT_SPIN=%q: spin %v, want %v", v, got, want)
+		}
 	}
 }
 

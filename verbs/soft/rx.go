@@ -3,10 +3,8 @@ package soft
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -368,21 +366,21 @@ func (q *qp) poll() int {
 }
 
 // DefaultSpin is how long a spinner goes on polling after the last frame
-// it ran before it sleeps, unless RMAGO_SOFT_SPIN (a Go duration; 0: never
-// spin) says otherwise. It covers a few round trips on loopback TCP.
+// it ran before it sleeps, unless verbs.Config.Spin (RMAGO_SOFT_SPIN
+// through transport) says otherwise. It covers a few round trips on
+// loopback TCP.
 const DefaultSpin = 100 * time.Microsecond
 
-// spinFromEnv reads RMAGO_SOFT_SPIN.
-func spinFromEnv() (time.Duration, error) {
-	v := os.Getenv("RMAGO_SOFT_SPIN")
-	if v == "" {
-		return DefaultSpin, nil
+// spinOf is the polling time verbs.Config.Spin asks for: 0 is
+// DefaultSpin, negative never polls.
+func spinOf(cfg verbs.Config) time.Duration {
+	switch {
+	case cfg.Spin == 0:
+		return DefaultSpin
+	case cfg.Spin < 0:
+		return 0
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%w: RMAGO_SOFT_SPIN=%q is not a duration like 100us or 0", verbs.ErrInvalid, v)
-	}
-	return d, nil
+	return cfg.Spin
 }
 
 // progress drives the receive engines of a context's connected queue

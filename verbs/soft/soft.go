@@ -63,10 +63,6 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	if addr == "" {
 		addr = "127.0.0.1"
 	}
-	spin, err := spinFromEnv()
-	if err != nil {
-		return nil, err
-	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: timeout %v", verbs.ErrInvalid, cfg.Timeout)
 	}
@@ -81,7 +77,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 		waiting: map[uint32]net.Conn{},
 		timeout: cfg.Timeout,
 	}
-	c.prog.spinFor = spin
+	c.prog.spinFor = spinOf(cfg)
 	var b [4]byte
 	rand.Read(b[:])
 	c.nextQPN.Store(binary.LittleEndian.Uint32(b[:]) & 0x7fff00)

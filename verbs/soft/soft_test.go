@@ -9,10 +9,22 @@ import (
 	"time"
 
 	"github.com/rmago/rmago/internal/auth"
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/verbs"
 )
 
 var secret = []byte("test secret of the job")
+
+// envConfig is the verbs.Config the tests' contexts open with: the job's
+// secret, and RMAGO_SOFT_SPIN passed on as transport passes it.
+func envConfig() (verbs.Config, error) {
+	s, err := config.FromEnv()
+	spin := s.SoftSpin
+	if spin == 0 {
+		spin = -1 // never poll
+	}
+	return verbs.Config{Secret: secret, Spin: spin}, err
+}
 
 // side is one end of a connected pair: its own context, region and queues.
 type side struct {
@@ -27,7 +39,11 @@ type side struct {
 
 func newSide(t testing.TB, size int) *side {
 	t.Helper()
-	ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret})
+	cfg, err := envConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, err := verbs.Open(Name, "", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

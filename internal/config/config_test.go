@@ -1,0 +1,113 @@
+package config_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rmago/rmago/internal/config"
+	"github.com/rmago/rmago/verbs"
+	_ "github.com/rmago/rmago/verbs/ibv"
+	"github.com/rmago/rmago/verbs/soft"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+// TestConfigDefaults: an empty environment gives the documented defaults.
+func TestConfigDefaults(t *testing.T) {
+	s, err := config.Load(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Settings{Provider: "auto", Timeout: 2 * time.Minute, Connect: "lazy", SoftSpin: 100 * time.Microsecond, IBVSpin: -1, PMI: 1}
+	if s != want || s != config.Defaults() {
+		t.Fatalf("defaults %+v, want %+v", s, want)
+	}
+	if config.DefaultSoftSpin != soft.DefaultSpin {
+		t.Errorf("config.DefaultSoftSpin %v, soft.DefaultSpin %v", config.DefaultSoftSpin, soft.DefaultSpin)
+	}
+}
+
+// TestConfigValues: every setting's accepted values are read exactly.
+func TestConfigValues(t *testing.T) {
+	s, err := config.Load(env(
+		"RMAGO_PROVIDER", "soft", "RMAGO_DEVICE", "mlx5_1", "RMAGO_NETDEV", "eth2",
+		"RMAGO_TIMEOUT", "0", "RMAGO_CONNECT", "eager", "RMAGO_SOFT_SPIN", "0",
+		"RMAGO_IBV_SPIN", "0", "RMAGO_PMI", "2", "RMAGO_NODE", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, IBVSpin: 0, PMI: 2}
+	if s != want {
+		t.Fatalf("got %+v, want %+v", s, want)
+	}
+	s, err = config.Load(env("RMAGO_PROVIDER", "ibv", "RMAGO_TIMEOUT", "1m30s", "RMAGO_SOFT_SPIN", "250us", "RMAGO_IBV_SPIN", "64", "RMAGO_PMI", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Provider != "ibv" || s.Timeout != 90*time.Second || s.SoftSpin != 250*time.Microsecond || s.IBVSpin != 64 || s.PMI != 1 {
+		t.Fatalf("got %+v", s)
+	}
+}
+
+// TestConfigBadValues: each bad value is an ErrConfig naming the
+// variable, the value and the accepted values; every bad one is reported.
+func TestConfigBadValues(t *testing.T) {
+	cases := []struct{ name, value, accepted string }{
+		{"RMAGO_PROVIDER", "verbs", "auto, soft or ibv"},
+		{"RMAGO_TIMEOUT", "soon", "a Go duration >= 0"},
+		{"RMAGO_TIMEOUT", "-1s", "a Go duration >= 0"},
+		{"RMAGO_TIMEOUT", "10", "a Go duration >= 0"},
+		{"RMAGO_CONNECT", "sometimes", "lazy (on first use"},
+		{"RMAGO_SOFT_SPIN", "x", "a Go duration >= 0"},
+		{"RMAGO_SOFT_SPIN", "-1ms", "a Go duration >= 0"},
+		{"RMAGO_SOFT_SPIN", "10", "a Go duration >= 0"},
+		{"RMAGO_IBV_SPIN", "-1", "an integer >= 0"},
+		{"RMAGO_IBV_SPIN", "lots", "an integer >= 0"},
+		{"RMAGO_PMI", "3", "1 or 2"},
+		{"RMAGO_PMI", "x", "1 or 2"},
+	}
+	var all []string
+	for _, c := range cases {
+		s, err := config.Load(env(c.name, c.value))
+		if !errors.Is(err, config.ErrConfig) {
+			t.Fatalf("%s=%q: %v, want ErrConfig", c.name, c.value, err)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, c.name+"=\""+c.value+"\"") || !strings.Contains(msg, "accepted: "+c.accepted) {
+			t.Errorf("%s=%q: error %q does not name the variable, the value and %q", c.name, c.value, msg, c.accepted)
+		}
+		if s != config.Defaults() {
+			t.Errorf("%s=%q: a bad value changed the settings: %+v", c.name, c.value, s)
+		}
+		all = append(all, c.name+"\x00"+c.value)
+	}
+	_, err := config.Load(env("RMAGO_TIMEOUT", "soon", "RMAGO_PMI", "3", "RMAGO_PROVIDER", "soft"))
+	if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "RMAGO_TIMEOUT") || !strings.Contains(err.Error(), "RMAGO_PMI") {
+		t.Errorf("two bad values: %v", err)
+	}
+	var s config.Settings
+	if err := s.Set("RMAGO_RANK", "1"); !errors.Is(err, config.ErrConfig) {
+		t.Errorf("Set of a contract variable: %v", err)
+	}
+}
+
+// TestConfigProviders: RMAGO_PROVIDER accepts auto and exactly the
+// registered providers.
+func TestConfigProviders(t *testing.T) {
+	want := append([]string{"auto"}, verbs.Providers()...)
+	got := slices.Clone(config.Providers)
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("config.Providers %v, registered %v", got, want)
+	}
+}

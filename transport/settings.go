@@ -1,0 +1,60 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/rmago/rmago/internal/config"
+	"github.com/rmago/rmago/verbs"
+)
+
+// ErrConfig means an RMAGO_* setting (or an Options field standing for
+// one) holds a value rmago does not accept; the error names the variable,
+// the value and the accepted values. docs/config.md lists the settings.
+var ErrConfig = config.ErrConfig
+
+// settings are the job's settings for Open: the environment's, checked
+// and defaulted by internal/config, with what opt gives in their place.
+// An explicit provider or device name is checked by the provider itself.
+func settings(opt Options) (config.Settings, error) {
+	s, err := config.FromEnv()
+	if err != nil {
+		return s, err
+	}
+	if opt.Provider != "" {
+		s.Provider = opt.Provider
+	}
+	if opt.Device != "" {
+		s.Device = opt.Device
+	}
+	switch {
+	case opt.Timeout < 0:
+		s.Timeout = 0
+	case opt.Timeout > 0:
+		s.Timeout = opt.Timeout
+	}
+	if opt.Connect != "" {
+		if err := s.Set(EnvConnect, opt.Connect); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// providerConfig is what the provider is opened with: the bootstrap's
+// address and secret, and the settings that concern providers (which
+// never read the environment themselves). A provider bounds a write to a
+// peer that takes no data, and a frame a peer stops sending halfway, by
+// the same timeout as every wait.
+func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration) verbs.Config {
+	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: timeout, NetDev: s.NetDev, Spin: s.SoftSpin}
+	if s.SoftSpin == 0 {
+		cfg.Spin = -1 // never poll
+	}
+	switch {
+	case s.IBVSpin == 0:
+		cfg.SpinPolls = -1 // sleep at once
+	case s.IBVSpin > 0:
+		cfg.SpinPolls = s.IBVSpin
+	}
+	return cfg
+}
