@@ -25,8 +25,6 @@ import (
 
 	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
-	"github.com/rmago/rmago/verbs/ibv"    // real RDMA (libibverbs, build tag ibv)
-	_ "github.com/rmago/rmago/verbs/soft" // the embedded default provider
 )
 
 // Environment variables read by Open.
@@ -289,8 +287,9 @@ func (f *Fabric) setTimeout(d time.Duration) error {
 	return nil
 }
 
-// openProvider picks and opens the provider: soft, ibv, or auto (ibv when a
-// usable device exists, else soft with a one-line notice).
+// openProvider picks and opens the provider: the one named, or auto (the
+// best usable one verbs.Select discovers: hardware, else soft with a
+// one-line notice). The providers linked in are those providers.go imports.
 func (f *Fabric) openProvider(b Bootstrap, opt Options) (string, error) {
 	name := opt.Provider
 	if name == "" {
@@ -303,31 +302,22 @@ func (f *Fabric) openProvider(b Bootstrap, opt Options) (string, error) {
 	// The provider bounds a write to a peer that takes no data, and a frame
 	// a peer stops sending halfway, by the same timeout as every wait.
 	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: f.timeout}
-	switch name {
-	case "", "auto":
-		// rdmamap looks for RDMA devices in sysfs; ibv is used when one is
-		// usable and the provider is compiled in.
-		if ibv.Available() {
-			var err error
-			if f.ctx, err = verbs.Open("ibv", device, cfg); err == nil {
-				return "ibv", nil
-			}
+	ch, err := verbs.Select(name, device, cfg)
+	if err != nil {
+		if name == "" {
+			name = "auto"
 		}
+		return "", fmt.Errorf("%w: %s: %w", ErrProvider, name, err)
+	}
+	f.ctx = ch.Context
+	if ch.Notice != "" && b.Rank() == 0 {
 		notice := opt.Notice
 		if notice == nil {
 			notice = func(s string) { fmt.Fprintln(os.Stderr, s) }
 		}
-		if b.Rank() == 0 {
-			notice("rmago: no usable RDMA device; using the soft (TCP) provider")
-		}
-		name = "soft"
-		device = ""
+		notice("rmago: " + ch.Notice)
 	}
-	var err error
-	if f.ctx, err = verbs.Open(name, device, cfg); err != nil {
-		return "", fmt.Errorf("%w: %s: %w", ErrProvider, name, err)
-	}
-	return name, nil
+	return ch.Provider, nil
 }
 
 func (f *Fabric) newQP() (verbs.QP, error) {

@@ -9,6 +9,9 @@ import (
 	"github.com/rmago/rmago/verbs"
 )
 
+// Name is the name the provider registers under (in builds with the tag).
+const Name = "ibv"
+
 // Environment variables that steer device selection when a caller opens
 // the provider's default device (verbs.Open("ibv", "", cfg)).
 const (
@@ -113,25 +116,34 @@ func deviceNames(devs []SysDevice) string {
 
 // Available reports whether the ibv provider can be used here: it was
 // compiled in (build tag ibv, Linux, cgo) and the device DefaultDevice
-// selects is usable. The transport's auto mode calls it to choose between
-// hardware verbs and the software provider; it reads sysfs only and never
-// prints anything.
+// selects is usable. It reads sysfs only and never prints anything.
+// Discovery (verbs.Select) asks the provider itself (verbs.Discoverer).
 func Available() bool {
-	if !providerBuilt {
-		return false
-	}
+	return providerBuilt && usable("") == nil
+}
+
+// usable reports whether device ("": the one DefaultDevice selects) is
+// found in sysfs and usable; the error wraps verbs.ErrNoDevice.
+func usable(device string) error {
 	devs, _ := SysDevices()
-	name, err := selectDevice(devs, os.Getenv(EnvDevice), os.Getenv(EnvNetDev))
+	want, netdev := device, ""
+	if want == "" {
+		want, netdev = os.Getenv(EnvDevice), os.Getenv(EnvNetDev)
+	}
+	name, err := selectDevice(devs, want, netdev)
 	if err != nil {
-		return false
+		return err
 	}
 	for _, d := range devs {
 		if d.Name == name {
-			return d.Usable()
+			if !d.Usable() {
+				return fmt.Errorf("%w: %s has no active port or no user verbs device", verbs.ErrNoDevice, name)
+			}
+			return nil
 		}
 	}
 	// Found through rdmamap's netlink lookup only: trust it.
-	return true
+	return nil
 }
 
 // hasDevices is a cheap check run before libibverbs is touched, so that a

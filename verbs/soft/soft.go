@@ -35,11 +35,45 @@ const Name = "soft"
 
 func init() { verbs.Register(Name, provider{}) }
 
+// provider is the soft verbs.Provider.
 type provider struct{}
+
+// Kind is verbs.KindSoftware: discovery falls back to it when no hardware
+// provider is usable.
+func (provider) Kind() verbs.Kind { return verbs.KindSoftware }
+
+// Usable reports whether device names the soft device (verbs.Discoverer):
+// it needs nothing but TCP.
+func (provider) Usable(device string) error {
+	if device != "" && device != deviceName {
+		return fmt.Errorf("%w: soft has only device %s, not %q", verbs.ErrNoDevice, deviceName, device)
+	}
+	return nil
+}
+
+// deviceName is the one software device.
+const deviceName = "soft0"
+
+// The provider implements the verbs contract and the optional interfaces
+// of a software provider.
+var (
+	_ verbs.Discoverer    = provider{}
+	_ verbs.Context       = (*context)(nil)
+	_ verbs.MemorySyncer  = (*context)(nil)
+	_ verbs.Progresser    = (*context)(nil)
+	_ verbs.ConnManager   = (*context)(nil)
+	_ verbs.PD            = (*pd)(nil)
+	_ verbs.MR            = (*region)(nil)
+	_ verbs.CQ            = (*cq)(nil)
+	_ verbs.QP            = (*qp)(nil)
+	_ verbs.ErrorReporter = (*qp)(nil)
+	_ verbs.ErrorSetter   = (*qp)(nil)
+	_ verbs.ConnRequest   = (*connRequest)(nil)
+)
 
 func deviceAttr() verbs.DeviceAttr {
 	return verbs.DeviceAttr{
-		Name: "soft0", Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
+		Name: deviceName, Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
 		MaxSGE: maxSGE, MaxInline: 0, AtomicCap: verbs.AtomicHCA, MTU: 1 << 20,
 		LinkLayer: "TCP", PortActive: true, PostCopiesPayload: true,
 	}
@@ -53,8 +87,8 @@ func (provider) Devices() ([]verbs.DeviceAttr, error) {
 // Open starts the device: a TCP listener on cfg.Addr (default 127.0.0.1)
 // that accepts authenticated queue pair connections.
 func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
-	if device != "" && device != "soft0" {
-		return nil, fmt.Errorf("%w: soft has only device soft0, not %q", verbs.ErrNoDevice, device)
+	if err := (provider{}).Usable(device); err != nil {
+		return nil, err
 	}
 	if len(cfg.Secret) == 0 {
 		return nil, fmt.Errorf("%w: soft provider needs the job secret", verbs.ErrInvalid)
