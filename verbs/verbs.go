@@ -10,6 +10,11 @@
 //	import _ "github.com/rmago/rmago/verbs/soft" // the TCP software-RDMA provider
 //	ctx, err := verbs.Open("soft", "", verbs.Config{Addr: "127.0.0.1", Secret: key})
 //
+// or by discovery, the first usable hardware provider before the software
+// one (registry.go, select.go):
+//
+//	ch, err := verbs.Select("auto", "", cfg) // ch.Provider, ch.Context, ch.Notice
+//
 // The contract follows the hardware's rules, so code written against it
 // runs unchanged on the software provider and on real InfiniBand or RoCE:
 //   - memory is reached only through registered regions, locally by lkey and
