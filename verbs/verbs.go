@@ -5,7 +5,8 @@
 // RDMA read, atomics, send) and receive requests.
 //
 // Providers implement the contract and register themselves by name, the way
-// database/sql drivers do:
+// database/sql drivers do; a program links in the ones it imports and opens
+// one by name:
 //
 //	import _ "github.com/rmago/rmago/verbs/soft" // the TCP software-RDMA provider
 //	ctx, err := verbs.Open("soft", "", verbs.Config{Addr: "127.0.0.1", Secret: key})
