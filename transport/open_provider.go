@@ -6,37 +6,27 @@ import (
 
 	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/verbs"
-	"github.com/rmago/rmago/verbs/ibv"    // real RDMA (libibverbs, build tag ibv)
-	_ "github.com/rmago/rmago/verbs/soft" // the embedded default provider
 )
 
-// openProvider picks and opens the provider: soft, ibv, or auto (ibv when a
-// usable device exists, else soft with a one-line notice).
+// openProvider picks and opens the provider: the one named (s.Provider),
+// or auto (the best usable one verbs.Select discovers: hardware, else soft
+// with a one-line notice on rank 0). The providers linked in are those
+// providers.go imports.
 func (f *Fabric) openProvider(b Bootstrap, s config.Settings, notice func(string)) (string, error) {
-	name, device := s.Provider, s.Device
-	cfg := providerConfig(b, s, f.timeout)
-	switch name {
-	case "", "auto":
-		// rdmamap looks for RDMA devices in sysfs; ibv is used when one is
-		// usable and the provider is compiled in.
-		if ibv.Available(device, s.NetDev) {
-			var err error
-			if f.ctx, err = verbs.Open("ibv", device, cfg); err == nil {
-				return "ibv", nil
-			}
+	ch, err := verbs.Select(s.Provider, s.Device, providerConfig(b, s, f.timeout))
+	if err != nil {
+		name := s.Provider
+		if name == "" {
+			name = "auto"
 		}
+		return "", fmt.Errorf("%w: %s: %w", ErrProvider, name, err)
+	}
+	f.ctx = ch.Context
+	if ch.Notice != "" && b.Rank() == 0 {
 		if notice == nil {
 			notice = func(s string) { fmt.Fprintln(os.Stderr, s) }
 		}
-		if b.Rank() == 0 {
-			notice("rmago: no usable RDMA device; using the soft (TCP) provider")
-		}
-		name = "soft"
-		device = ""
+		notice("rmago: " + ch.Notice)
 	}
-	var err error
-	if f.ctx, err = verbs.Open(name, device, cfg); err != nil {
-		return "", fmt.Errorf("%w: %s: %w", ErrProvider, name, err)
-	}
-	return name, nil
+	return ch.Provider, nil
 }

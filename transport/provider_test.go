@@ -6,14 +6,15 @@ import (
 	"testing"
 
 	"github.com/rmago/rmago/verbs"
-	"github.com/rmago/rmago/verbs/ibv"
 )
 
 // On a host without RDMA devices (this one, CI's) the auto provider falls
 // back to soft with one notice, and asking for ibv explicitly fails cleanly.
 func TestAutoFallsBackToSoft(t *testing.T) {
-	if ibv.Available("", "") {
-		t.Skip("an RDMA device is usable here")
+	for _, c := range verbs.Discover("") {
+		if c.Kind == verbs.KindHardware && c.Err == nil {
+			t.Skipf("an RDMA device is usable here (%s)", c.Name)
+		}
 	}
 	var notices []string
 	b, err := Rendezvous(RendezvousConfig{Rank: 0, Size: 1, Secret: []byte("0123456789abcdef"), Addr: "127.0.0.1"})

@@ -5,10 +5,16 @@
 // RDMA read, atomics, send) and receive requests.
 //
 // Providers implement the contract and register themselves by name, the way
-// database/sql drivers do:
+// database/sql drivers do; a program links in the ones it imports and opens
+// one by name:
 //
 //	import _ "github.com/rmago/rmago/verbs/soft" // the TCP software-RDMA provider
 //	ctx, err := verbs.Open("soft", "", verbs.Config{Addr: "127.0.0.1", Secret: key})
+//
+// or by discovery, the first usable hardware provider before the software
+// one (registry.go, select.go):
+//
+//	ch, err := verbs.Select("auto", "", cfg) // ch.Provider, ch.Context, ch.Notice
 //
 // The contract follows the hardware's rules, so code written against it
 // runs unchanged on the software provider and on real InfiniBand or RoCE:
@@ -24,8 +30,6 @@ package verbs
 import (
 	"errors"
 	"fmt"
-	"sort"
-	"sync"
 	"time"
 )
 
@@ -479,55 +483,4 @@ func (wc *WC) Err() error {
 		return nil
 	}
 	return fmt.Errorf("%w (%s, wr %d, qp %d)", wc.Status.Err(), wc.Op, wc.ID, wc.QPN)
-}
-
-var (
-	regMu     sync.RWMutex
-	providers = map[string]Provider{}
-)
-
-// Register makes a provider available under name. It panics if the name is
-// taken, as database/sql.Register does.
-func Register(name string, p Provider) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	if p == nil {
-		panic("verbs: Register provider is nil")
-	}
-	if _, dup := providers[name]; dup {
-		panic("verbs: Register called twice for provider " + name)
-	}
-	providers[name] = p
-}
-
-// Lookup returns the provider registered under name.
-func Lookup(name string) (Provider, error) {
-	regMu.RLock()
-	p, ok := providers[name]
-	regMu.RUnlock()
-	if !ok {
-		return nil, fmt.Errorf("%w %q (registered: %v)", ErrUnknownProvider, name, Providers())
-	}
-	return p, nil
-}
-
-// Providers lists the registered provider names, sorted.
-func Providers() []string {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	names := make([]string, 0, len(providers))
-	for n := range providers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// Open opens device (or the first usable one if device is "") of the named provider.
-func Open(provider, device string, cfg Config) (Context, error) {
-	p, err := Lookup(provider)
-	if err != nil {
-		return nil, err
-	}
-	return p.Open(device, cfg)
 }

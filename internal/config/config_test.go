@@ -101,9 +101,9 @@ func TestConfigBadValues(t *testing.T) {
 }
 
 // TestConfigProviders: RMAGO_PROVIDER accepts auto and exactly the
-// registered providers.
+// known providers (registered, or left out of this build with a reason).
 func TestConfigProviders(t *testing.T) {
-	want := append([]string{"auto"}, verbs.Providers()...)
+	want := append([]string{"auto"}, verbs.Known()...)
 	got := slices.Clone(config.Providers)
 	slices.Sort(want)
 	slices.Sort(got)

@@ -8,6 +8,9 @@ import (
 	"github.com/rmago/rmago/verbs"
 )
 
+// Name is the name the provider registers under (in builds with the tag).
+const Name = "ibv"
+
 // SysPort is one port of an RDMA device as sysfs shows it.
 type SysPort struct {
 	Num       int    // port number, from 1
@@ -101,25 +104,32 @@ func deviceNames(devs []SysDevice) string {
 
 // Available reports whether the ibv provider can be used here: it was
 // compiled in (build tag ibv, Linux, cgo) and the device verbs.Open("ibv",
-// device, verbs.Config{NetDev: netdev}) would open is usable. The transport's auto mode calls it to choose between
-// hardware verbs and the software provider; it reads sysfs only and never
-// prints anything.
+// device, verbs.Config{NetDev: netdev}) would open is usable. It reads
+// sysfs only and never prints anything. Discovery (verbs.Select) asks the
+// provider itself (verbs.Discoverer).
 func Available(device, netdev string) bool {
-	if !providerBuilt {
-		return false
-	}
+	return providerBuilt && usable(device, netdev) == nil
+}
+
+// usable reports whether device ("": the one on netdev, else the first
+// usable one) is found in sysfs and usable; the error wraps
+// verbs.ErrNoDevice.
+func usable(device, netdev string) error {
 	devs, _ := SysDevices()
 	name, err := selectDevice(devs, device, netdev)
 	if err != nil {
-		return false
+		return err
 	}
 	for _, d := range devs {
 		if d.Name == name {
-			return d.Usable()
+			if !d.Usable() {
+				return fmt.Errorf("%w: %s has no active port or no user verbs device", verbs.ErrNoDevice, name)
+			}
+			return nil
 		}
 	}
 	// Found through rdmamap's netlink lookup only: trust it.
-	return true
+	return nil
 }
 
 // hasDevices is a cheap check run before libibverbs is touched, so that a

@@ -23,9 +23,24 @@ func TestNoDeviceHost(t *testing.T) {
 	if _, err := DefaultDevice(""); !errors.Is(err, verbs.ErrNoDevice) {
 		t.Errorf("DefaultDevice: %v, want ErrNoDevice", err)
 	}
+	if !providerBuilt {
+		return // without the tag no provider is registered (TestStubProvider)
+	}
 	p, err := verbs.Lookup("ibv")
 	if err != nil {
 		t.Fatalf("ibv not registered: %v", err)
+	}
+	d, ok := p.(verbs.Discoverer)
+	if !ok || d.Kind() != verbs.KindHardware {
+		t.Fatalf("ibv is not a hardware verbs.Discoverer")
+	}
+	for _, dev := range []string{"", "mlx5_0"} {
+		if err := d.Usable(dev); !errors.Is(err, verbs.ErrNoDevice) {
+			t.Errorf("Usable(%q): %v, want ErrNoDevice", dev, err)
+		}
+	}
+	if cs := verbs.Discover(""); len(cs) == 0 || cs[0].Name != "ibv" || !errors.Is(cs[0].Err, verbs.ErrNoDevice) {
+		t.Errorf("Discover: %+v, want ibv first, unusable", cs)
 	}
 	if _, err := p.Devices(); !errors.Is(err, verbs.ErrNoDevice) {
 		t.Errorf("Devices: %v, want ErrNoDevice", err)

@@ -11,10 +11,18 @@
 //
 //	go build -tags ibv ./...
 //
-// Without the tag the package still registers "ibv", but its Devices and
-// Open return an error wrapping verbs.ErrNoDevice that says how to build
-// it. Device discovery (SysDevices, DefaultDevice, Available) reads sysfs
-// in pure Go and works in every build.
+// Without the tag the package registers no provider: asking for "ibv" by
+// name fails with an error wrapping verbs.ErrUnknownProvider and
+// verbs.ErrNoDevice that says how to build it (verbs.RegisterMissing), and
+// discovery (verbs.Select with "auto") does not try it. With the tag the
+// provider is a verbs.Discoverer of kind verbs.KindHardware, which
+// discovery prefers to the software provider when its device is usable.
+// Device discovery (SysDevices, DefaultDevice, Available) reads sysfs in
+// pure Go and works in every build.
+//
+// The C side (flat request and completion descriptors, the post, poll and
+// CQ-wait helpers, queue pair setup) lives in shim.h, post.c, cqwait.c and
+// setup.c, which cgo compiles in builds with the tag; ibv.go holds the Go.
 //
 // Device selection for verbs.Open("ibv", device, cfg): the named device;
 // else, with device "", the RDMA device on network interface cfg.NetDev;

@@ -14,13 +14,7 @@ const providerBuilt = false
 // errNotBuilt explains why this build has no hardware verbs.
 var errNotBuilt = fmt.Errorf("%w: the ibv provider is not compiled in; build with `go build -tags ibv` on Linux with cgo (needs libibverbs-dev)", verbs.ErrNoDevice)
 
-// stubProvider stands in for the libibverbs provider in builds without it.
-type stubProvider struct{}
-
-// Devices always fails with an error wrapping verbs.ErrNoDevice.
-func (stubProvider) Devices() ([]verbs.DeviceAttr, error) { return nil, errNotBuilt }
-
-// Open always fails with an error wrapping verbs.ErrNoDevice.
-func (stubProvider) Open(string, verbs.Config) (verbs.Context, error) { return nil, errNotBuilt }
-
-func init() { verbs.Register("ibv", stubProvider{}) }
+// In builds without the provider, "ibv" is not registered; asking for it by
+// name fails with errNotBuilt (and verbs.ErrUnknownProvider), and
+// discovery does not try it.
+func init() { verbs.RegisterMissing(Name, errNotBuilt) }

@@ -29,3 +29,30 @@ func BenchmarkWriteWait(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFetchAdd is a signalled fetch-and-add and the wait for its old
+// value: to a peer over loopback TCP (the responder's atomic), and between
+// two queue pairs of one context (the loopback pair, which runs the same
+// atomic at post time).
+func BenchmarkFetchAdd(b *testing.B) {
+	run := func(b *testing.B, q verbs.QP, cq verbs.CQ, local []verbs.SGE, mr verbs.MR) {
+		wr := verbs.SendWR{Op: verbs.OpFetchAdd, Flags: verbs.Signaled, SGL: local, RemoteAddr: mr.Addr(), RKey: mr.RKey(), CompareAdd: 1}
+		wc := make([]verbs.WC, 1)
+		for b.Loop() {
+			if _, err := q.PostSend(&wr); err != nil {
+				b.Fatal(err)
+			}
+			if k, err := cq.Wait(wc, time.Time{}); err != nil || k != 1 || wc[0].Status != verbs.StatusSuccess {
+				b.Fatal(k, err, wc[0])
+			}
+		}
+	}
+	b.Run("peer", func(b *testing.B) {
+		x, y := connected(b, 64)
+		run(b, x.qp, x.sendCQ, x.sge(8, 8), y.mr)
+	})
+	b.Run("loopback", func(b *testing.B) {
+		s, a, _ := loopPair(b)
+		run(b, a, s.sendCQ, s.sge(8, 8), s.mr)
+	})
+}

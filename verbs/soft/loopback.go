@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"sync/atomic"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -58,15 +57,17 @@ func (q *qp) postLoop(f *frame, p *pending, payload *[maxSGE][]byte, nseg int) e
 }
 
 // executeLoop runs a loopback request as this queue pair's responder would
-// run it from the wire.
+// run it from the wire: through the same checks and the same functions
+// (responder.go), with the payload copied between memories instead of read
+// from the socket.
 func (q *qp) executeLoop(f *frame, p *pending, payload *[maxSGE][]byte, nseg int) verbs.Status {
 	switch f.kind {
 	case kReqWrite, kReqWriteImm:
-		if f.len > 0 {
-			r, b, st := q.target(f, verbs.AccessRemoteWrite)
-			if st != verbs.StatusSuccess {
-				return st
-			}
+		r, b, st := q.writeTarget(f)
+		if st != verbs.StatusSuccess {
+			return st
+		}
+		if r != nil {
 			for _, s := range payload[:nseg] {
 				b = b[copy(b, s):]
 			}
@@ -91,23 +92,10 @@ func (q *qp) executeLoop(f *frame, p *pending, payload *[maxSGE][]byte, nseg int
 		}
 		r.inUse.RUnlock()
 	case kReqFAA, kReqCAS:
-		r, _, st := q.target(f, verbs.AccessRemoteAtomic)
+		old, st := q.executeAtomic(f)
 		if st != verbs.StatusSuccess {
 			return st
 		}
-		w, _ := r.word(f.addr)
-		var old uint64
-		if f.kind == kReqFAA {
-			old = atomic.AddUint64(w, f.arg0) - f.arg0
-		} else {
-			for {
-				old = atomic.LoadUint64(w)
-				if old != f.arg0 || atomic.CompareAndSwapUint64(w, old, f.arg1) {
-					break
-				}
-			}
-		}
-		r.inUse.RUnlock()
 		binary.LittleEndian.PutUint64(p.seg[0], old)
 	}
 	release()

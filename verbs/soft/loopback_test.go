@@ -11,7 +11,7 @@ import (
 
 // loopPair connects two queue pairs of one context (a rank's connection
 // to itself), on one CQ.
-func loopPair(t *testing.T) (s *side, a, b verbs.QP) {
+func loopPair(t testing.TB) (s *side, a, b verbs.QP) {
 	t.Helper()
 	s = newSide(t, 4096)
 	b, err := s.mr.(*region).pd.CreateQP(verbs.QPAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ, MaxSendWR: 64, MaxRecvWR: 16})

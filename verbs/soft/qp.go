@@ -1,18 +1,20 @@
 package soft
 
 import (
-	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/rmago/rmago/internal/auth"
 	"github.com/rmago/rmago/verbs"
 )
+
+// The queue pair: its state, its creation, its error state and its close.
+// Its roles live beside it: requester.go posts, responder.go executes the
+// peer's requests, reply.go answers them, completion.go completes, rx.go
+// and payload.go receive, connection.go and connmgr.go connect.
 
 // maxSGE is the most scatter-gather entries a request may carry.
 const maxSGE = 4
@@ -21,47 +23,12 @@ const maxSGE = 4
 // gather write (one system call).
 const postBatch = 32
 
-// ConnectTimeout bounds how long Connect waits for the peer's side.
-var ConnectTimeout = 60 * time.Second
-
-const authRole = "rmago-soft-qp"
-
 // Queue pair states.
 const (
 	stInit = iota
 	stRTS
 	stError
 )
-
-// pending is a posted send request awaiting its response or a later
-// cumulative acknowledgement.
-type pending struct {
-	seq      uint64
-	id       uint64
-	op       verbs.Opcode
-	signaled bool
-	length   uint32
-	nseg     int
-	seg      [maxSGE][]byte  // read and atomic destinations
-	reg      [maxSGE]*region // held (inUse.RLock) until completion
-}
-
-// recvEntry is a posted receive request.
-type recvEntry struct {
-	id   uint64
-	nseg int
-	seg  [maxSGE][]byte
-}
-
-// response is something the responder sends back, queued for the
-// connection's writer goroutine so that the reader never blocks on a write.
-type response struct {
-	f    frame
-	data []byte  // read response payload, straight from registered memory
-	reg  *region // released (inUse.RUnlock) once data is on the wire
-	off  int     // bytes of header and data already written
-	held bool    // off > 0 and the write lock is held for the rest (see flushResponses)
-}
 
 type qp struct {
 	ctx     *context
@@ -145,12 +112,6 @@ type qp struct {
 	wnb     net.Buffers        // the rest of a write that would block (write.go)
 }
 
-type acceptedConn struct {
-	conn      net.Conn
-	dialerQPN uint32
-	peerDepth int
-}
-
 func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 	scq, ok1 := attr.SendCQ.(*cq)
 	rcq, ok2 := attr.RecvCQ.(*cq)
@@ -192,328 +153,6 @@ func (q *qp) Endpoint() verbs.Endpoint {
 	return verbs.Endpoint{QPN: q.num, Addr: q.ctx.ln.Addr().String(), Device: "soft0", MTU: deviceAttr().MTU}
 }
 
-// dials reports whether this side opens the TCP connection: the side with
-// the smaller (address, QPN) does.
-func (q *qp) dials(remote verbs.Endpoint) bool {
-	me := q.Endpoint()
-	if me.Addr != remote.Addr {
-		return me.Addr < remote.Addr
-	}
-	return me.QPN < remote.QPN
-}
-
-func (q *qp) Connect(remote verbs.Endpoint) error {
-	q.mu.Lock()
-	if q.state != stInit || q.conn != nil {
-		q.mu.Unlock()
-		return fmt.Errorf("%w: connect on a queue pair that is not new", verbs.ErrQPState)
-	}
-	q.remote = remote
-	q.mu.Unlock()
-	var (
-		conn      net.Conn
-		peerDepth int
-		err       error
-	)
-	if q.dials(remote) {
-		conn, peerDepth, err = q.dial(remote)
-	} else {
-		conn, peerDepth, err = q.await(remote)
-	}
-	if err != nil {
-		return err
-	}
-	return q.attach(conn, peerDepth, remote)
-}
-
-// attach makes q ready to send over conn, an authenticated connection to
-// the queue pair remote names, whose send queue is peerDepth deep: it
-// starts the connection's reader and writer goroutines.
-func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	q.mu.Lock()
-	if q.state != stInit {
-		q.mu.Unlock()
-		conn.Close()
-		return fmt.Errorf("%w: closed while connecting", verbs.ErrQPState)
-	}
-	q.remote = remote
-	rx, err := newRxStream(q, conn)
-	if err != nil {
-		q.mu.Unlock()
-		conn.Close()
-		return fmt.Errorf("soft: %w", err)
-	}
-	q.conn = conn
-	q.rx = rx
-	q.writeFn = q.writevOnce
-	q.respCh = make(chan response, peerDepth+q.maxRecv+16)
-	q.state = stRTS
-	q.mu.Unlock()
-	q.sendMu.Lock()
-	q.loop = q.loopPeer(remote)
-	q.sendMu.Unlock()
-	q.finished.Add(2)
-	go q.serve()
-	go q.writeResponses()
-	q.ctx.prog.attach(q)
-	return nil
-}
-
-func (q *qp) dial(remote verbs.Endpoint) (net.Conn, int, error) {
-	conn, err := dialTCP(remote.Addr, ConnectTimeout)
-	if err != nil {
-		return nil, 0, fmt.Errorf("soft: connect to %s: %w", remote.Addr, err)
-	}
-	var payload [auth.PayloadLen]byte
-	binary.LittleEndian.PutUint32(payload[0:], remote.QPN)
-	binary.LittleEndian.PutUint32(payload[4:], q.num)
-	binary.LittleEndian.PutUint32(payload[8:], uint32(q.maxSend))
-	if err := auth.Dial(conn, q.ctx.secret, authRole, payload); err != nil {
-		conn.Close()
-		return nil, 0, fmt.Errorf("%w: %v", verbs.ErrAuth, err)
-	}
-	var depth [4]byte
-	conn.SetReadDeadline(time.Now().Add(ConnectTimeout))
-	if _, err := io.ReadFull(conn, depth[:]); err != nil {
-		conn.Close()
-		return nil, 0, fmt.Errorf("soft: peer %s refused queue pair %d: %w", remote.Addr, remote.QPN, err)
-	}
-	conn.SetReadDeadline(time.Time{})
-	return conn, int(binary.LittleEndian.Uint32(depth[:])), nil
-}
-
-func (q *qp) await(remote verbs.Endpoint) (net.Conn, int, error) {
-	timer := time.NewTimer(ConnectTimeout)
-	defer timer.Stop()
-	for {
-		select {
-		case ac := <-q.connCh:
-			if ac.dialerQPN != remote.QPN {
-				ac.conn.Close()
-				continue
-			}
-			return ac.conn, ac.peerDepth, nil
-		case <-q.done:
-			return nil, 0, fmt.Errorf("%w: closed while connecting", verbs.ErrQPState)
-		case <-timer.C:
-			return nil, 0, fmt.Errorf("%w: no connection from %s (qp %d) within %v", verbs.ErrTimeout, remote.Addr, remote.QPN, ConnectTimeout)
-		}
-	}
-}
-
-// acceptLoop authenticates incoming connections and hands each to the
-// queue pair it names. Anything that fails authentication is dropped
-// before a single request is read.
-func (c *context) acceptLoop() {
-	defer c.wg.Done()
-	for {
-		conn, err := c.ln.Accept()
-		if err != nil {
-			return
-		}
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			payload, err := auth.Accept(conn, c.secret, authRole)
-			if err != nil {
-				conn.Close()
-				return
-			}
-			target := binary.LittleEndian.Uint32(payload[0:])
-			ac := acceptedConn{conn: conn, dialerQPN: binary.LittleEndian.Uint32(payload[4:]), peerDepth: int(binary.LittleEndian.Uint32(payload[8:]))}
-			if ac.peerDepth <= 0 || ac.peerDepth > deviceAttr().MaxQPWR {
-				conn.Close()
-				return
-			}
-			if target == 0 {
-				c.onDemand(ac, &payload)
-				return
-			}
-			c.mu.Lock()
-			q := c.qps[target]
-			c.mu.Unlock()
-			if q == nil {
-				conn.Close()
-				return
-			}
-			// Tell the dialer our depth now, so it need not wait for this
-			// program to reach Connect.
-			var depth [4]byte
-			binary.LittleEndian.PutUint32(depth[:], uint32(q.maxSend))
-			if _, err := conn.Write(depth[:]); err != nil {
-				conn.Close()
-				return
-			}
-			select {
-			case q.connCh <- ac:
-			default:
-				conn.Close()
-			}
-		}()
-	}
-}
-
-// resolve maps a local SGE to bytes of a registered region of this PD.
-func (q *qp) resolve(s verbs.SGE, need verbs.Access) (*region, []byte, error) {
-	r := q.ctx.regions.lookup(s.LKey)
-	if r == nil || r.pd != q.pd || r.access&need != need || r.dying.Load() {
-		return nil, nil, fmt.Errorf("%w: lkey %#x", verbs.ErrLocalAccess, s.LKey)
-	}
-	b, ok := r.slice(s.Addr, uint64(s.Length))
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: [%#x,+%d) outside region", verbs.ErrLocalAccess, s.Addr, s.Length)
-	}
-	return r, b, nil
-}
-
-// PostSend posts a chain of work requests. Their frames go out together,
-// postBatch at a time, in one gather write each, as a NIC fetches a chain
-// with one doorbell.
-func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
-	q.sendMu.Lock()
-	defer q.sendMu.Unlock()
-	for wr := first; wr != nil; wr = wr.Next {
-		if err := q.postOne(wr); err != nil {
-			q.sendBatch()
-			return wr, err
-		}
-	}
-	q.sendBatch()
-	return nil, nil
-}
-
-// sendBatch writes the frames encoded so far; sendMu held.
-func (q *qp) sendBatch() {
-	if q.nframes == 0 {
-		return
-	}
-	q.wrMu.Lock()
-	err := q.writeLocked(q.bufs[:q.nbufs])
-	q.wrMu.Unlock()
-	clear(q.bufs[:q.nbufs])
-	q.nframes, q.nbufs = 0, 0
-	if err != nil {
-		q.fail(verbs.StatusTransport, q.sendErr("requests", err))
-		// The requests are recorded and have been flushed with an error
-		// completion; posting itself succeeded, as on hardware.
-	}
-}
-
-func (q *qp) postOne(wr *verbs.SendWR) error {
-	if len(wr.SGL) > maxSGE {
-		return fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
-	}
-	f := frame{seq: q.nextSeq + 1, addr: wr.RemoteAddr, rkey: wr.RKey}
-	p := pending{id: wr.ID, op: wr.Op, signaled: wr.Flags&verbs.Signaled != 0}
-	var payload [maxSGE][]byte // a write's or send's data
-	var total uint64
-	switch wr.Op {
-	case verbs.OpWrite, verbs.OpWriteImm, verbs.OpSend:
-		f.kind = kReqWrite
-		if wr.Op == verbs.OpWriteImm {
-			f.kind = kReqWriteImm
-		} else if wr.Op == verbs.OpSend {
-			f.kind = kReqSend
-		}
-		f.imm = wr.Imm
-		if p.signaled {
-			f.flags = flagAck
-		}
-		for i, s := range wr.SGL {
-			_, b, err := q.resolve(s, 0)
-			if err != nil {
-				return err
-			}
-			payload[i] = b
-			total += uint64(s.Length)
-		}
-	case verbs.OpRead:
-		f.kind = kReqRead
-		for i, s := range wr.SGL {
-			r, b, err := q.resolve(s, verbs.AccessLocalWrite)
-			if err != nil {
-				return err
-			}
-			p.reg[i], p.seg[i] = r, b
-			total += uint64(s.Length)
-		}
-		p.nseg = len(wr.SGL)
-	case verbs.OpFetchAdd, verbs.OpCompareSwap:
-		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 || wr.RemoteAddr%8 != 0 {
-			return fmt.Errorf("%w: atomics take one 8-byte SGE and an 8-byte aligned remote address", verbs.ErrInvalid)
-		}
-		r, b, err := q.resolve(wr.SGL[0], verbs.AccessLocalWrite)
-		if err != nil {
-			return err
-		}
-		p.reg[0], p.seg[0], p.nseg = r, b, 1
-		f.kind, f.arg0, f.arg1, total = kReqFAA, wr.CompareAdd, 0, 8
-		if wr.Op == verbs.OpCompareSwap {
-			f.kind, f.arg1 = kReqCAS, wr.Swap
-		}
-	default:
-		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, wr.Op)
-	}
-	if total > maxPayload {
-		return fmt.Errorf("%w: %d bytes in one request (max %d)", verbs.ErrInvalid, total, maxPayload)
-	}
-	f.len = uint32(total)
-	p.length = f.len
-	if q.loop != nil {
-		return q.postLoop(&f, &p, &payload, len(wr.SGL))
-	}
-
-	if wr.Flags&verbs.Fence != 0 {
-		q.sendBatch() // the reads it waits for may still be in the batch
-	}
-	q.mu.Lock()
-	for wr.Flags&verbs.Fence != 0 && q.ordered > 0 && q.state == stRTS {
-		q.cond.Wait()
-	}
-	if q.state != stRTS {
-		err := q.stateErr()
-		q.mu.Unlock()
-		return err
-	}
-	if q.pn == len(q.pend) {
-		pn := q.pn
-		q.mu.Unlock()
-		return fmt.Errorf("%w: %d send requests outstanding", verbs.ErrQueueFull, pn)
-	}
-	for i := 0; i < p.nseg; i++ {
-		p.reg[i].inUse.RLock()
-	}
-	q.nextSeq++
-	p.seq = q.nextSeq
-	q.pend[(q.phead+q.pn)%len(q.pend)] = p
-	q.pn++
-	if p.nseg > 0 {
-		q.ordered++
-	}
-	q.mu.Unlock()
-
-	// Queue the frame for the batch's gather write.
-	h := &q.hdrs[q.nframes]
-	f.encode(h)
-	release()
-	q.bufs[q.nbufs] = h[:]
-	q.nbufs++
-	if f.kind == kReqWrite || f.kind == kReqWriteImm || f.kind == kReqSend {
-		for i := range wr.SGL {
-			q.bufs[q.nbufs] = payload[i]
-			q.nbufs++
-		}
-	}
-	q.nframes++
-	if q.nframes == postBatch {
-		q.sendBatch()
-	}
-	return nil
-}
-
 // sendable reports whether the queue pair can take requests.
 func (q *qp) sendable() error {
 	q.mu.Lock()
@@ -546,33 +185,6 @@ func (q *qp) Err() error {
 		return nil
 	}
 	return q.failErr
-}
-
-func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for wr := first; wr != nil; wr = wr.Next {
-		if q.state == stError {
-			return wr, q.stateErr()
-		}
-		if len(wr.SGL) > maxSGE {
-			return wr, fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
-		}
-		if q.rn == len(q.recvs) || q.maxRecv == 0 {
-			return wr, fmt.Errorf("%w: %d receives posted", verbs.ErrQueueFull, q.rn)
-		}
-		e := recvEntry{id: wr.ID, nseg: len(wr.SGL)}
-		for i, s := range wr.SGL {
-			_, b, err := q.resolve(s, verbs.AccessLocalWrite)
-			if err != nil {
-				return wr, err
-			}
-			e.seg[i] = b
-		}
-		q.recvs[(q.rhead+q.rn)%len(q.recvs)] = e
-		q.rn++
-	}
-	return nil, nil
 }
 
 // Close destroys the queue pair. A connected queue pair first says goodbye:
@@ -639,40 +251,4 @@ func (q *qp) fail(status verbs.Status, cause error) {
 	q.cond.Broadcast()
 	q.mu.Unlock()
 	close(q.done)
-}
-
-// flushLocked completes everything outstanding after a failure; q.mu held.
-func (q *qp) flushLocked() {
-	for i := 0; q.pn > 0; i++ {
-		st := verbs.StatusFlushed
-		if i == 0 {
-			st = q.failStatus
-		}
-		q.completeHead(st)
-	}
-	for q.rn > 0 {
-		e := q.recvs[q.rhead]
-		q.recvs[q.rhead] = recvEntry{}
-		q.rhead = (q.rhead + 1) % len(q.recvs)
-		q.rn--
-		q.recvCQ.push(verbs.WC{ID: e.id, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
-	}
-}
-
-// completeHead completes the oldest pending request with status. It is
-// called with q.mu held.
-func (q *qp) completeHead(status verbs.Status) {
-	p := &q.pend[q.phead]
-	for i := 0; i < p.nseg; i++ {
-		p.reg[i].inUse.RUnlock()
-	}
-	if p.signaled || status != verbs.StatusSuccess {
-		q.sendCQ.push(verbs.WC{ID: p.id, Status: status, Op: p.op, ByteLen: p.length, QPN: q.num})
-	}
-	if p.nseg > 0 {
-		q.ordered--
-	}
-	*p = pending{}
-	q.phead = (q.phead + 1) % len(q.pend)
-	q.pn--
 }

@@ -5,9 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -37,6 +36,45 @@ import (
 type frameReader interface {
 	io.Reader
 	Discard(n int) (int, error)
+}
+
+// serve is the connection's reader goroutine: the NIC's receive engine
+// when no waiting goroutine drives it (see rx.go). It executes the peer's
+// requests against registered memory and completes this side's requests
+// from the peer's responses, sleeping in the network poller in between.
+func (q *qp) serve() {
+	defer q.finished.Done()
+	defer func() {
+		// Wait for a waiting goroutine that may be inside a frame, so
+		// that no memory is released under a payload being received.
+		q.rxMu.Lock()
+		q.rxDone = true
+		q.dropFrame()
+		q.rxMu.Unlock()
+		q.mu.Lock()
+		q.flushLocked()
+		q.mu.Unlock()
+	}()
+	for {
+		q.rxMu.Lock()
+		n, ok := q.drain(false)
+		// Between frames the stream may rest as long as it likes.
+		q.rx.clearDeadline()
+		q.rxMu.Unlock()
+		if !ok {
+			return
+		}
+		if n > 0 {
+			q.ctx.prog.spinReader()
+		}
+		if err := q.rx.waitReadable(); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // set by a frame that has ended meanwhile
+			}
+			q.fail(verbs.StatusTransport, q.lost(err))
+			return
+		}
+	}
 }
 
 // errAgain is a non-blocking read that found no data.
@@ -365,168 +403,6 @@ func (q *qp) poll() int {
 	return n
 }
 
-// DefaultSpin is how long a spinner goes on polling after the last frame
-// it ran before it sleeps, unless verbs.Config.Spin (RMAGO_SOFT_SPIN
-// through transport) says otherwise. It covers a few round trips on
-// loopback TCP.
-const DefaultSpin = 100 * time.Microsecond
-
-// spinOf is the polling time verbs.Config.Spin asks for: 0 is
-// DefaultSpin, negative never polls.
-func spinOf(cfg verbs.Config) time.Duration {
-	switch {
-	case cfg.Spin == 0:
-		return DefaultSpin
-	case cfg.Spin < 0:
-		return 0
-	}
-	return cfg.Spin
-}
-
-// progress drives the receive engines of a context's connected queue
-// pairs by polling. At most one goroutine of the process spins at a time
-// (two spinners on a small machine steal each other's cores):
-//
-//   - a goroutine waiting in cq.Wait, which has priority, since it can
-//     return the completion it finds without waking anyone;
-//   - otherwise the reader goroutine that last woke up with frames, so
-//     that a rank busy elsewhere (or asleep in a barrier) still answers a
-//     stream of one-sided requests at polling speed.
-//
-// A spinner stops when nothing has arrived for spinFor; then the reader
-// goroutines sleep in the network poller again.
-type progress struct {
-	spinFor  time.Duration // set at Open
-	mu       sync.Mutex
-	qps      atomic.Pointer[[]*qp] // connected queue pairs (copy on write, under mu)
-	token    atomic.Int32          // 0: nobody spins; spinReader; spinWaiter
-	waiters  atomic.Int32          // goroutines in cq.Wait that want the token
-	handover atomic.Bool           // a Progress caller wants the token
-}
-
-const (
-	spinReader = 1
-	spinWaiter = 2
-)
-
-// attach lists a connected queue pair.
-func (g *progress) attach(p *qp) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var list []*qp
-	if old := g.qps.Load(); old != nil {
-		list = append(list, *old...)
-	}
-	list = append(list, p)
-	g.qps.Store(&list)
-}
-
-// detach removes a closed queue pair.
-func (g *progress) detach(p *qp) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	old := g.qps.Load()
-	if old == nil {
-		return
-	}
-	list := make([]*qp, 0, len(*old))
-	for _, x := range *old {
-		if x != p {
-			list = append(list, x)
-		}
-	}
-	g.qps.Store(&list)
-}
-
-// pollAll runs what has arrived on every queue pair; it reports how many
-// frames ran.
-func (g *progress) pollAll() int {
-	list := g.qps.Load()
-	if list == nil {
-		return 0
-	}
-	ran := 0
-	for _, p := range *list {
-		ran += p.poll()
-	}
-	return ran
-}
-
-// spinWaiter is cq.Wait's busy phase: it takes the token (a spinning
-// reader goroutine hands it over at once) and polls every queue pair until
-// cq has a completion, or nothing has arrived for spinFor, or the deadline
-// has passed. If another waiter spins, it returns at once.
-func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, error) {
-	if g.spinFor <= 0 {
-		return 0, nil
-	}
-	g.waiters.Add(1)
-	defer g.waiters.Add(-1)
-	for {
-		t := g.token.Load()
-		if t == spinWaiter {
-			return 0, nil
-		}
-		if t == 0 && g.token.CompareAndSwap(0, spinWaiter) {
-			break
-		}
-		// A reader goroutine is handing the token over (it may first
-		// finish draining a burst, and complete our request meanwhile).
-		if n, err := q.Poll(wc); n > 0 || err != nil {
-			return n, err
-		}
-		runtime.Gosched()
-	}
-	defer g.token.Store(0)
-	end := time.Now().Add(g.spinFor)
-	if !deadline.IsZero() && deadline.Before(end) {
-		end = deadline
-	}
-	ran := 0
-	for i := 1; ; i++ {
-		ran += g.pollAll()
-		if n, err := q.Poll(wc); n > 0 || err != nil {
-			return n, err
-		}
-		if i%8 == 0 {
-			now := time.Now()
-			if ran > 0 {
-				// Frames keep coming: keep serving them.
-				ran = 0
-				end = now.Add(g.spinFor)
-				if !deadline.IsZero() && deadline.Before(end) {
-					end = deadline
-				}
-			} else if now.After(end) {
-				return 0, nil
-			}
-		}
-		runtime.Gosched()
-	}
-}
-
-// spinReader is a reader goroutine's busy phase after it woke up with
-// frames: if nobody spins, it polls every queue pair until nothing has
-// arrived for spinFor, or a waiter wants the token.
-func (g *progress) spinReader() {
-	if g.spinFor <= 0 || g.waiters.Load() > 0 || !g.token.CompareAndSwap(0, spinReader) {
-		return
-	}
-	defer func() {
-		g.handover.Store(false)
-		g.token.Store(0)
-	}()
-	end := time.Now().Add(g.spinFor)
-	for i := 1; g.waiters.Load() == 0 && !g.handover.Load(); i++ {
-		if g.pollAll() > 0 {
-			end = time.Now().Add(g.spinFor)
-		} else if i%8 == 0 && time.Now().After(end) {
-			return
-		}
-		runtime.Gosched()
-	}
-}
-
 // step reads one frame from fr and runs it: a request of the peer executes
 // against registered memory, a response completes one of this side's
 // requests. It returns false once the stream is finished, having failed the
@@ -565,31 +441,4 @@ func (q *qp) step(fr frameReader) bool {
 		return false
 	}
 	return true
-}
-
-// Progress runs what has arrived on the context's queue pairs
-// (verbs.Progresser) as a waiter, which keeps the token until EndProgress:
-// a spinning reader goroutine is asked to hand it over (this call then
-// returns false; the next one polls). It reports whether any frame ran.
-func (c *context) Progress() bool {
-	g := &c.prog
-	if g.spinFor <= 0 {
-		return false
-	}
-	switch g.token.Load() {
-	case spinWaiter: // a waiting goroutine polls: this one, or another
-	case 0:
-		if !g.token.CompareAndSwap(0, spinWaiter) {
-			return false
-		}
-	default:
-		g.handover.Store(true)
-		return false
-	}
-	return g.pollAll() > 0
-}
-
-// EndProgress gives the token back (verbs.Progresser).
-func (c *context) EndProgress() {
-	c.prog.token.CompareAndSwap(spinWaiter, 0)
 }

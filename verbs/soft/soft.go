@@ -35,11 +35,45 @@ const Name = "soft"
 
 func init() { verbs.Register(Name, provider{}) }
 
+// provider is the soft verbs.Provider.
 type provider struct{}
+
+// Kind is verbs.KindSoftware: discovery falls back to it when no hardware
+// provider is usable.
+func (provider) Kind() verbs.Kind { return verbs.KindSoftware }
+
+// Usable reports whether device names the soft device (verbs.Discoverer):
+// it needs nothing but TCP.
+func (provider) Usable(device string) error {
+	if device != "" && device != deviceName {
+		return fmt.Errorf("%w: soft has only device %s, not %q", verbs.ErrNoDevice, deviceName, device)
+	}
+	return nil
+}
+
+// deviceName is the one software device.
+const deviceName = "soft0"
+
+// The provider implements the verbs contract and the optional interfaces
+// of a software provider.
+var (
+	_ verbs.Discoverer    = provider{}
+	_ verbs.Context       = (*context)(nil)
+	_ verbs.MemorySyncer  = (*context)(nil)
+	_ verbs.Progresser    = (*context)(nil)
+	_ verbs.ConnManager   = (*context)(nil)
+	_ verbs.PD            = (*pd)(nil)
+	_ verbs.MR            = (*region)(nil)
+	_ verbs.CQ            = (*cq)(nil)
+	_ verbs.QP            = (*qp)(nil)
+	_ verbs.ErrorReporter = (*qp)(nil)
+	_ verbs.ErrorSetter   = (*qp)(nil)
+	_ verbs.ConnRequest   = (*connRequest)(nil)
+)
 
 func deviceAttr() verbs.DeviceAttr {
 	return verbs.DeviceAttr{
-		Name: "soft0", Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
+		Name: deviceName, Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
 		MaxSGE: maxSGE, MaxInline: 0, AtomicCap: verbs.AtomicHCA, MTU: 1 << 20,
 		LinkLayer: "TCP", PortActive: true, PostCopiesPayload: true,
 	}
@@ -53,8 +87,8 @@ func (provider) Devices() ([]verbs.DeviceAttr, error) {
 // Open starts the device: a TCP listener on cfg.Addr (default 127.0.0.1)
 // that accepts authenticated queue pair connections.
 func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
-	if device != "" && device != "soft0" {
-		return nil, fmt.Errorf("%w: soft has only device soft0, not %q", verbs.ErrNoDevice, device)
+	if err := (provider{}).Usable(device); err != nil {
+		return nil, err
 	}
 	if len(cfg.Secret) == 0 {
 		return nil, fmt.Errorf("%w: soft provider needs the job secret", verbs.ErrInvalid)
@@ -171,113 +205,3 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 }
 
 func (p *pd) Close() error { return nil }
-
-// cq is a completion queue: a ring filled by the queue pairs' reader
-// goroutines and drained by Poll and Wait.
-type cq struct {
-	mu      sync.Mutex
-	ring    []verbs.WC // grows, doubling, up to depth entries
-	depth   int
-	head, n int
-	overrun bool
-	closed  bool
-	notify  chan struct{} // a token when entries were added
-	timer   *time.Timer   // reused by Wait with a deadline
-	prog    *progress
-}
-
-// push adds a completion. A full CQ is an overrun, as on hardware: the
-// entry is lost and the next Poll reports the error.
-func (q *cq) push(wc verbs.WC) {
-	q.mu.Lock()
-	if q.n == len(q.ring) && len(q.ring) < q.depth {
-		q.grow()
-	}
-	if q.n == len(q.ring) {
-		q.overrun = true
-	} else {
-		q.ring[(q.head+q.n)%len(q.ring)] = wc
-		q.n++
-	}
-	q.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-}
-
-// cqInitial is the entries a completion queue starts with. A queue sized
-// for every peer a job might talk to (the transport's is) grows only as
-// completions actually pile up, so that its memory follows the peers in use.
-const cqInitial = 1024
-
-// grow doubles the ring, up to depth; q.mu held.
-func (q *cq) grow() {
-	ring := make([]verbs.WC, min(2*len(q.ring), q.depth))
-	for i := range q.n {
-		ring[i] = q.ring[(q.head+i)%len(q.ring)]
-	}
-	q.ring, q.head = ring, 0
-}
-
-func (q *cq) Poll(wc []verbs.WC) (int, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.overrun {
-		return 0, fmt.Errorf("%w: completion queue overrun", verbs.ErrQueueFull)
-	}
-	if q.closed {
-		return 0, verbs.ErrClosed
-	}
-	k := 0
-	for k < len(wc) && q.n > 0 {
-		wc[k] = q.ring[q.head]
-		q.head = (q.head + 1) % len(q.ring)
-		q.n--
-		k++
-	}
-	return k, nil
-}
-
-// Wait first drives the receive engines of the context's queue pairs
-// itself while frames keep coming (rx.go), then sleeps until a completion
-// or the deadline.
-func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
-	if n, err := q.prog.spinWaiter(q, wc, deadline); n > 0 || err != nil {
-		return n, err
-	}
-	for {
-		if n, err := q.Poll(wc); n > 0 || err != nil {
-			return n, err
-		}
-		if deadline.IsZero() {
-			<-q.notify
-			continue
-		}
-		d := time.Until(deadline)
-		if d <= 0 {
-			return 0, verbs.ErrTimeout
-		}
-		if q.timer == nil {
-			q.timer = time.NewTimer(d)
-		} else {
-			q.timer.Reset(d)
-		}
-		select {
-		case <-q.notify:
-			q.timer.Stop()
-		case <-q.timer.C:
-		}
-	}
-}
-
-func (q *cq) Close() error {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-	return nil
-}

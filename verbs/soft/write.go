@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -105,4 +106,19 @@ func (q *qp) lost(err error) error {
 		return fmt.Errorf("%w: %s sent a malformed frame: %w", verbs.ErrTransport, q.peer(), err)
 	}
 	return fmt.Errorf("%w: connection to %s lost (its process ended without closing, or the network failed): %w", verbs.ErrTransport, q.peer(), err)
+}
+
+// writevOnce is writeNow's function for rc.Write: one writev(2) that never
+// waits (it returns true whatever happened, and records what was written).
+func (q *qp) writevOnce(fd uintptr) bool {
+	for {
+		k, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&q.iov[0])), uintptr(q.iovN))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e == 0 {
+			q.wrN = int(k)
+		}
+		return true
+	}
 }

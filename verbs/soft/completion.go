@@ -1,0 +1,159 @@
+package soft
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// Completions: the completion queue, filled by whoever runs a queue
+// pair's receive engine (or by posting, on a loopback pair) and drained by
+// Poll and Wait, and the completion of a queue pair's requests into it.
+
+// cq is a completion queue: a ring filled by the queue pairs' reader
+// goroutines and drained by Poll and Wait.
+type cq struct {
+	mu      sync.Mutex
+	ring    []verbs.WC // grows, doubling, up to depth entries
+	depth   int
+	head, n int
+	overrun bool
+	closed  bool
+	notify  chan struct{} // a token when entries were added
+	timer   *time.Timer   // reused by Wait with a deadline
+	prog    *progress
+}
+
+// push adds a completion. A full CQ is an overrun, as on hardware: the
+// entry is lost and the next Poll reports the error.
+func (q *cq) push(wc verbs.WC) {
+	q.mu.Lock()
+	if q.n == len(q.ring) && len(q.ring) < q.depth {
+		q.grow()
+	}
+	if q.n == len(q.ring) {
+		q.overrun = true
+	} else {
+		q.ring[(q.head+q.n)%len(q.ring)] = wc
+		q.n++
+	}
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// cqInitial is the entries a completion queue starts with. A queue sized
+// for every peer a job might talk to (the transport's is) grows only as
+// completions actually pile up, so that its memory follows the peers in use.
+const cqInitial = 1024
+
+// grow doubles the ring, up to depth; q.mu held.
+func (q *cq) grow() {
+	ring := make([]verbs.WC, min(2*len(q.ring), q.depth))
+	for i := range q.n {
+		ring[i] = q.ring[(q.head+i)%len(q.ring)]
+	}
+	q.ring, q.head = ring, 0
+}
+
+func (q *cq) Poll(wc []verbs.WC) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.overrun {
+		return 0, fmt.Errorf("%w: completion queue overrun", verbs.ErrQueueFull)
+	}
+	if q.closed {
+		return 0, verbs.ErrClosed
+	}
+	k := 0
+	for k < len(wc) && q.n > 0 {
+		wc[k] = q.ring[q.head]
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+		k++
+	}
+	return k, nil
+}
+
+// Wait first drives the receive engines of the context's queue pairs
+// itself while frames keep coming (rx.go), then sleeps until a completion
+// or the deadline.
+func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
+	if n, err := q.prog.spinWaiter(q, wc, deadline); n > 0 || err != nil {
+		return n, err
+	}
+	for {
+		if n, err := q.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		if deadline.IsZero() {
+			<-q.notify
+			continue
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			return 0, verbs.ErrTimeout
+		}
+		if q.timer == nil {
+			q.timer = time.NewTimer(d)
+		} else {
+			q.timer.Reset(d)
+		}
+		select {
+		case <-q.notify:
+			q.timer.Stop()
+		case <-q.timer.C:
+		}
+	}
+}
+
+func (q *cq) Close() error {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// completeHead completes the oldest pending request with status. It is
+// called with q.mu held.
+func (q *qp) completeHead(status verbs.Status) {
+	p := &q.pend[q.phead]
+	for i := 0; i < p.nseg; i++ {
+		p.reg[i].inUse.RUnlock()
+	}
+	if p.signaled || status != verbs.StatusSuccess {
+		q.sendCQ.push(verbs.WC{ID: p.id, Status: status, Op: p.op, ByteLen: p.length, QPN: q.num})
+	}
+	if p.nseg > 0 {
+		q.ordered--
+	}
+	*p = pending{}
+	q.phead = (q.phead + 1) % len(q.pend)
+	q.pn--
+}
+
+// flushLocked completes everything outstanding after a failure; q.mu held.
+func (q *qp) flushLocked() {
+	for i := 0; q.pn > 0; i++ {
+		st := verbs.StatusFlushed
+		if i == 0 {
+			st = q.failStatus
+		}
+		q.completeHead(st)
+	}
+	for q.rn > 0 {
+		e := q.recvs[q.rhead]
+		q.recvs[q.rhead] = recvEntry{}
+		q.rhead = (q.rhead + 1) % len(q.recvs)
+		q.rn--
+		q.recvCQ.push(verbs.WC{ID: e.id, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
+	}
+}
