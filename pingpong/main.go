@@ -80,9 +80,13 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "pingpong:", err)
+		// A command-line mistake is the same on every rank: rank 0 says it.
 		var ue usageError
-		if errors.As(err, &ue) {
+		isUsage := errors.As(err, &ue)
+		if !isUsage || printsUsage() {
+			fmt.Fprintln(os.Stderr, "pingpong:", err)
+		}
+		if isUsage {
 			os.Exit(2)
 		}
 		os.Exit(1)
@@ -108,6 +112,9 @@ func dispatch(args []string) error {
 }
 
 func usage() {
+	if !printsUsage() {
+		return
+	}
 	fmt.Fprint(os.Stderr, `usage: rmarun -n N pingpong [subcommand] [flags]
 
 subcommands:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -121,31 +122,63 @@ func parseModes(list string, all []string) ([]string, error) {
 	return out, nil
 }
 
-// newFlagSet is a flag set that reports errors instead of exiting.
+// newFlagSet is a flag set that reports errors instead of exiting. Its
+// usage (which Parse prints once, for -h and for a bad flag) goes to
+// stderr, and only from one rank of a job (see printsUsage).
 func newFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
+		if !printsUsage() {
+			return
+		}
 		fs.SetOutput(os.Stderr)
 		fmt.Fprintf(os.Stderr, "usage: %s\n", synopsis)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 	return fs
 }
 
-// parse parses args, turning flag errors into usage errors.
-func parse(fs *flag.FlagSet, args []string) error {
+// parseFlags parses args; flag errors become usage errors, and -h returns
+// flag.ErrHelp (main exits 0). Parse itself has printed the usage.
+func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fs.Usage()
+		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usagef("%v", err)
+	}
+	return nil
+}
+
+// parse is parseFlags for the measuring subcommands, which take no
+// arguments besides their flags.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	return nil
+}
+
+// rankEnv lists the variables in which the launchers rmago joins (rmarun,
+// Slurm, Hydra, PMIx launchers such as Open MPI's mpirun) give a process
+// its rank.
+var rankEnv = []string{"RMAGO_RANK", "SLURM_PROCID", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"}
+
+// printsUsage reports whether this process prints usage and command-line
+// errors: every rank of a job parses the same command line, so only rank 0
+// (or a process started by no launcher) does, and a job's -h prints once.
+func printsUsage() bool {
+	for _, v := range rankEnv {
+		if r, ok := os.LookupEnv(v); ok && r != "" {
+			return r == "0"
+		}
+	}
+	return true
 }
 
 // newWindow makes a window of n elements of the kind -w asked for.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -48,12 +47,8 @@ func runPlot(args []string) error {
 	fs.IntVar(&o.cols, "cols", 2, "panels per row")
 	fs.Float64Var(&o.width, "width", 14, "panel width in cm")
 	fs.Float64Var(&o.height, "height", 10, "panel height in cm")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fs.Usage()
-			return err
-		}
-		return usagef("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		return usagef("plot: name one or more JSON files")

@@ -22,8 +22,8 @@ func runTable(args []string) error {
 	sizes := fs.String("bytes", "8,64,1024,8192,65536,1048576,8388608", "the message sizes (bytes) to list, or all")
 	bench := fs.String("bench", "", "only these benchmarks (comma-separated)")
 	sync := fs.String("sync", "", "only these synchronization modes (comma-separated)")
-	if err := fs.Parse(args); err != nil {
-		return usagef("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		return usagef("table: name one or more JSON files")
