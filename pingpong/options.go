@@ -24,7 +24,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.jsonPath, "json", "", "write the results with metadata to this JSON `file`")
-	fs.StringVar(&c.csvPath, "csv", "", "write the results as the thesis's CSV to this `file`")
+	fs.StringVar(&c.csvPath, "csv", "", "write the results as CSV (header row; elements, ranks, one column per repetition, bench, sync, bytes, metric) to this `file`")
 	fs.StringVar(&c.label, "label", "", "system name in the JSON and on plots (default \"rmago <provider>\")")
 	fs.StringVar(&c.window, "w", "allocate", "window kind: allocate (library memory) or create (a Go slice)")
 	fs.BoolVar(&c.quick, "quick", false, "a few small sizes and few repetitions (smoke test)")
@@ -44,7 +44,7 @@ type sweep struct {
 	minExp, maxExp int
 	reps, warmup   int
 	iters          int // round trips per repetition; 0: automatic
-	thesis         bool
+	single         bool // -single: no warm-up, one round trip per repetition
 	modes          string
 }
 
@@ -55,11 +55,11 @@ func (s *sweep) register(fs *flag.FlagSet, modes string) {
 	fs.IntVar(&s.reps, "reps", 12, "timed repetitions per size (the fastest and slowest are dropped)")
 	fs.IntVar(&s.warmup, "warmup", 1, "untimed repetitions per size before the timed ones")
 	fs.IntVar(&s.iters, "iters", 0, "round trips per repetition (0: about 1.6 MB moved per repetition, 2 to 200)")
-	fs.BoolVar(&s.thesis, "thesis", false, "the thesis's exact method: no warm-up, one round trip per repetition")
+	fs.BoolVar(&s.single, "single", false, "no warm-up and one round trip per repetition (the method of the Rust RMA study in docs/benchmarks.md)")
 	fs.StringVar(&s.modes, "mode", modes, "synchronization modes, comma-separated, or all")
 }
 
-// finish applies -quick and -thesis and checks the values.
+// finish applies -quick and -single and checks the values.
 func (s *sweep) finish(fs *flag.FlagSet, all []string) ([]string, error) {
 	if err := s.common.check(); err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func (s *sweep) finish(fs *flag.FlagSet, all []string) ([]string, error) {
 			s.warmup = 0
 		}
 	}
-	if s.thesis {
+	if s.single {
 		s.warmup, s.iters = 0, 1
 	}
 	switch {
