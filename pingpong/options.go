@@ -43,7 +43,7 @@ type sweep struct {
 	common
 	minExp, maxExp int
 	reps, warmup   int
-	iters          int // round trips per repetition; 0: automatic
+	iters          int  // round trips per repetition; 0: automatic
 	single         bool // -single: no warm-up, one round trip per repetition
 	modes          string
 }
