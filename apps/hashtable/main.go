@@ -16,6 +16,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -36,15 +37,17 @@ func main() {
 			return nil, "", err
 		}
 		ops := float64(cfg.keys * w.Size())
-		r := &report.Result{App: "hashtable", Variant: "cas", Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.slots * w.Size(), Iterations: cfg.keys, Verified: o.verified,
-			Extra: map[string]float64{
-				"inserts/s":     ops / o.insert.Seconds(),
-				"lookups/s":     ops * 1.25 / o.lookup.Seconds(),
-				"distinct keys": float64(o.inserted),
-			}}
+		r := report.New(w, "hashtable", "cas")
+		r.N, r.Size = cfg.slots*w.Size(), fmt.Sprintf("%d slots", cfg.slots*w.Size())
+		r.Iterations, r.IterUnit = cfg.keys, "keys inserted per rank"
+		r.NoPerIter = true // the ranks' inserts run concurrently
+		r.Verified = o.verified
+		r.Extra = map[string]float64{
+			"inserts/s":     ops / o.insert.Seconds(),
+			"lookups/s":     ops * 1.25 / o.lookup.Seconds(),
+			"distinct keys": float64(o.inserted),
+		}
 		r.Finish(o.insert+o.lookup, o.seq)
-		r.PerIter = 0
 		return r, o.why, nil
 	})
 }

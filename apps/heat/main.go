@@ -16,6 +16,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -34,8 +35,10 @@ func main() {
 		if err != nil {
 			return nil, "", err
 		}
-		r := &report.Result{App: "heat", Variant: "pscw-" + cfg.cols, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.n, Iterations: cfg.steps, Verified: o.verified}
+		r := report.New(w, "heat", "pscw-"+cfg.cols)
+		r.N, r.Size = cfg.n, fmt.Sprintf("%d×%d grid", cfg.n, cfg.n)
+		r.Iterations, r.IterUnit = cfg.steps, "time steps"
+		r.Verified = o.verified
 		r.Finish(o.elapsed, o.seq)
 		return r, o.why, nil
 	})

@@ -13,6 +13,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -36,11 +37,13 @@ func main() {
 			variant = "batch"
 		}
 		total := float64(cfg.updates) * float64(w.Size())
-		r := &report.Result{App: "histogram", Variant: variant, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.bins, Iterations: cfg.updates, Verified: o.verified,
-			Extra: map[string]float64{"updates/s": total / o.elapsed.Seconds()}}
+		r := report.New(w, "histogram", variant)
+		r.N, r.Size = cfg.bins, fmt.Sprintf("%d bins", cfg.bins)
+		r.Iterations, r.IterUnit = cfg.updates, "updates per rank"
+		r.NoPerIter = true // the ranks' updates run concurrently
+		r.Verified = o.verified
+		r.Extra = map[string]float64{"updates/s": total / o.elapsed.Seconds()}
 		r.Finish(o.elapsed, o.seq)
-		r.PerIter = 0 // not meaningful: updates run concurrently
 		return r, o.why, nil
 	})
 }

@@ -15,6 +15,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -36,14 +37,16 @@ func main() {
 		if cfg.hot {
 			variant = "hot"
 		}
-		r := &report.Result{App: "lockmix", Variant: variant, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: w.Size(), Iterations: *rounds, Verified: o.verified,
-			Extra: map[string]float64{
-				"locks/s":               float64(*rounds) * float64(w.Size()) / o.elapsed.Seconds(),
-				"max_round_seconds":     o.maxRound.Seconds(),
-				"max_lock_wait_seconds": o.lockWait.Seconds(),
-			}}
-		r.Finish(o.elapsed, 0)
+		r := report.New(w, "lockmix", variant)
+		r.N, r.Size = w.Size(), fmt.Sprintf("%d counter pairs (one per rank)", w.Size())
+		r.Iterations, r.IterUnit = *rounds, "lock rounds per rank"
+		r.Verified = o.verified
+		r.Extra = map[string]float64{
+			"locks/s":               float64(*rounds) * float64(w.Size()) / o.elapsed.Seconds(),
+			"max_round_seconds":     o.maxRound.Seconds(),
+			"max_lock_wait_seconds": o.lockWait.Seconds(),
+		}
+		r.Finish(o.elapsed, 0) // no sequential version
 		return r, o.why, nil
 	})
 }

@@ -1,6 +1,7 @@
 // Command sor is red-black successive over-relaxation on an n×n grid split
 // into row stripes, one per rank, in five variants of one-sided halo
-// exchange (the seed thesis's application, section 5.2):
+// exchange (the application of section 5.2 of X. Shi, "Safe, Fast and
+// Elegant Communication in Rust", Leiden University, 2024; docs/apps.md):
 //
 //	rmarun -n 4 ./sor [-variant big|split|lock|pscw|get] [-n 1024] [-iters 200] [-tol 0] [-check 1] [-reps 1] [-json]
 //

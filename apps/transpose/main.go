@@ -13,6 +13,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
@@ -30,9 +31,11 @@ func main() {
 		if err != nil {
 			return nil, "", err
 		}
-		r := &report.Result{App: "transpose", Variant: cfg.mode, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.n, Iterations: cfg.reps, Verified: o.verified,
-			Extra: map[string]float64{"GB/s": 8 * float64(cfg.n) * float64(cfg.n) * float64(cfg.reps) / o.elapsed.Seconds() / 1e9}}
+		r := report.New(w, "transpose", cfg.mode)
+		r.N, r.Size = cfg.n, fmt.Sprintf("%d×%d matrix", cfg.n, cfg.n)
+		r.Iterations, r.IterUnit = cfg.reps, "transposes"
+		r.Verified = o.verified
+		r.Extra = map[string]float64{"GB/s": 8 * float64(cfg.n) * float64(cfg.n) * float64(cfg.reps) / o.elapsed.Seconds() / 1e9}
 		r.Finish(o.elapsed, o.seq)
 		return r, o.why, nil
 	})
