@@ -85,8 +85,10 @@ func writeTables(w io.Writer, reps []*Report, base string, sizes []int, bench, s
 	if !slices.Contains(systems, base) {
 		return fmt.Errorf("table: no system %q (have %s)", base, strings.Join(systems, ", "))
 	}
-	others := slices.DeleteFunc(slices.Clone(systems), func(s string) bool { return s == base })
 	for _, g := range groups {
+		// The other systems with results in this group: no columns of
+		// dashes for a system that did not run this benchmark.
+		others := slices.DeleteFunc(slices.Clone(systems), func(s string) bool { return s == base || len(val[s][g]) == 0 })
 		unit := "mean round-trip time, µs"
 		switch g.metric {
 		case MetricLatency:
