@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -26,7 +27,7 @@ func main() {
 	keys := flag.Int("keys", 5000, "keys each rank inserts (half shared with each neighbour rank)")
 	slots := flag.Int("slots", 0, "slots per rank (0: 2×keys)")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./hashtable [-keys 5000] [-slots 10000] [-json]")
 	cfg := config{keys: *keys, slots: *slots}
 	if cfg.slots == 0 {
 		cfg.slots = 2 * cfg.keys

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -28,7 +29,7 @@ func main() {
 	cols := flag.String("cols", "pack", "halo columns: pack (one put of a packed buffer) or vector (one put per element)")
 	reps := flag.Int("reps", 1, "run this many times (the sequential version too); report the best times")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./heat [-n 1024] [-steps 200] [-cols pack|vector] [-reps 1] [-json]")
 	cfg := config{n: *n, steps: *steps, cols: *cols, reps: *reps}
 	report.Run("heat", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		o, err := run(w, cfg)

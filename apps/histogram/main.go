@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -25,7 +26,7 @@ func main() {
 	batch := flag.Bool("batch", false, "count locally, then one Accumulate per rank")
 	seed := flag.Uint64("seed", 1, "random seed")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./histogram [-bins 4096] [-updates 200000] [-batch] [-json]")
 	cfg := config{bins: *bins, updates: *updates, batch: *batch, seed: *seed}
 	report.Run("histogram", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		o, err := run(w, cfg)

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -26,7 +27,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	verbose := flag.Bool("v", false, "every rank prints its time waiting for locks (stderr)")
 	hot := flag.Bool("hot", false, "every exclusive and shared lock targets rank 0")
-	flag.Parse()
+	cli.Parse("rmarun -n 32 ./lockmix [-rounds 200] [-hot] [-json] [-v]")
 	report.Run("lockmix", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		cfg := config{rounds: *rounds, hot: *hot, verbose: *verbose}
 		o, err := run(w, cfg)

@@ -27,6 +27,7 @@ package main
 import (
 	"flag"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -40,7 +41,7 @@ func main() {
 	omega := flag.Float64("omega", 0, "over-relaxation factor (0: the optimum for n)")
 	reps := flag.Int("reps", 1, "solve this many times (and the sequential version too); report the best times")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./sor [-variant big|split|lock|pscw|get] [-n 1024] [-iters 200] [-tol 0] [-check 1] [-reps 1] [-json]")
 	p := problem{n: *n, iters: *iters, check: *check, tol: *tol, omega: *omega}
 	if p.omega == 0 && p.n > 2 {
 		p.omega = optimalOmega(p.n)

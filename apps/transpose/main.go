@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -24,7 +25,7 @@ func main() {
 	reps := flag.Int("reps", 10, "transposes to time")
 	mode := flag.String("mode", "blocks", "blocks (pack, one get per rank) or rows (one get per matrix row)")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./transpose [-n 2048] [-reps 10] [-mode blocks|rows] [-json]")
 	cfg := config{n: *n, reps: *reps, mode: *mode}
 	report.Run("transpose", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		o, err := run(w, cfg)
