@@ -13,9 +13,9 @@
 // The ping-pong of X. Shi, "Safe, Fast and Elegant Communication in Rust"
 // (Leiden University, 2024), section 5.1, which measured an MPI RMA binding
 // this way (docs/benchmarks.md). A window of n float64 per rank. One round
-// trip in its protocol (-mode fence3) is: fence; rank 0 puts n elements into rank 1; fence; rank
-// 1 puts them back into rank 0; fence. Sizes are n = 2^min … 2^max
-// elements (default 2^0 … 2^20). Per size, reps repetitions (default 12) of
+// trip in its protocol (-mode fence3) is: fence; rank 0 puts n elements
+// into rank 1; fence; rank 1 puts them back into rank 0; fence. Sizes are
+// n = 2^min … 2^max elements (default 2^0 … 2^20). Per size, reps repetitions (default 12) of
 // iters round trips each are timed after warm-up; the fastest and slowest
 // repetition are dropped and the mean reported, with min, median and max of
 // all repetitions. -single is that study's method exactly: no warm-up, one
@@ -51,10 +51,10 @@
 // # Output and checks
 //
 // Rank 0 prints a table on stdout; -json FILE writes the results with
-// metadata (go-json), -csv FILE a CSV with a header row (elements, ranks, the
-// repetitions in µs, as that study's CSV, then benchmark, mode, bytes and
-// metric). Every benchmark checks the data it moved; a mismatch
-// ends the run with a non-zero exit status. Sweeps longer than a few
+// metadata (go-json), -csv FILE a CSV with a header row (elements, ranks,
+// the repetitions in µs, as that study's CSV, then benchmark, mode, bytes
+// and metric). Every benchmark checks the data it moved; a mismatch ends
+// the run with a non-zero exit status. Sweeps longer than a few
 // seconds print a progress line on stderr. -quick runs a few small sizes
 // with few repetitions (the tests use it).
 package main
