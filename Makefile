@@ -22,9 +22,12 @@ PPFLAGS  ?=
 
 all: build
 
+# build: the launcher, the benchmark, the apps and the examples, one binary
+# each in $(BIN) named after its directory (bin/rmarun, bin/pingpong,
+# bin/sor, bin/heat, bin/histogram, bin/hashtable, bin/transpose,
+# bin/lockmix, bin/hello).
 build:
-	$(GO) build -o $(BIN)/rmarun ./cmd/rmarun
-	$(GO) build -o $(BIN)/pingpong ./pingpong
+	$(GO) build -o $(BIN)/ ./cmd/rmarun ./pingpong ./apps/... ./examples/...
 
 run: build
 	$(BIN)/rmarun -n $(RANKS) -provider soft $(BIN)/pingpong $(PPFLAGS)

@@ -27,8 +27,8 @@ func runImport(args []string) error {
 	out := fs.String("o", "", "output JSON `file`")
 	system := fs.String("system", "", "system name on plots (default: the library, then the provider)")
 	provider := fs.String("provider", "", "the transport the MPI used (tcp, shm)")
-	if err := fs.Parse(args); err != nil {
-		return usagef("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *out == "" || fs.NArg() == 0 {
 		return usagef("import: need -o FILE and at least one CSV file")

@@ -8,16 +8,18 @@
 //	./pingpong import -o mpi.json mpi.csv         MPI ping-pong CSV (ci/compare) to JSON
 //	./pingpong table a.json b.json ...            Markdown tables, ratios to the first system
 //
-// # One-to-one (the seed thesis's method, section 5.1)
+// # One-to-one
 //
-// A window of n float64 per rank. One round trip in the thesis's protocol
-// (-mode fence3) is: fence; rank 0 puts n elements into rank 1; fence; rank
-// 1 puts them back into rank 0; fence. Sizes are n = 2^min … 2^max
-// elements (default 2^0 … 2^20). Per size, reps repetitions (default 12) of
+// The ping-pong of X. Shi, "Safe, Fast and Elegant Communication in Rust"
+// (Leiden University, 2024), section 5.1, which measured an MPI RMA binding
+// this way (docs/benchmarks.md). A window of n float64 per rank. One round
+// trip in its protocol (-mode fence3) is: fence; rank 0 puts n elements
+// into rank 1; fence; rank 1 puts them back into rank 0; fence. Sizes are
+// n = 2^min … 2^max elements (default 2^0 … 2^20). Per size, reps repetitions (default 12) of
 // iters round trips each are timed after warm-up; the fastest and slowest
 // repetition are dropped and the mean reported, with min, median and max of
-// all repetitions. -thesis is the thesis exactly: no warm-up, one round trip
-// per repetition. Modes (-mode, comma-separated, or all):
+// all repetitions. -single is that study's method exactly: no warm-up, one
+// round trip per repetition. Modes (-mode, comma-separated, or all):
 //
 //	fence3   fence, put, fence, put back, fence (3 fences per round trip)
 //	fence2   steady state: put, fence, put back, fence (2 fences)
@@ -49,9 +51,10 @@
 // # Output and checks
 //
 // Rank 0 prints a table on stdout; -json FILE writes the results with
-// metadata (go-json), -csv FILE the thesis's CSV (elements, ranks, then the
-// repetitions in µs). Every benchmark checks the data it moved; a mismatch
-// ends the run with a non-zero exit status. Sweeps longer than a few
+// metadata (go-json), -csv FILE a CSV with a header row (elements, ranks,
+// the repetitions in µs, as that study's CSV, then benchmark, mode, bytes
+// and metric). Every benchmark checks the data it moved; a mismatch ends
+// the run with a non-zero exit status. Sweeps longer than a few
 // seconds print a progress line on stderr. -quick runs a few small sizes
 // with few repetitions (the tests use it).
 package main
@@ -80,9 +83,13 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "pingpong:", err)
+		// A command-line mistake is the same on every rank: rank 0 says it.
 		var ue usageError
-		if errors.As(err, &ue) {
+		isUsage := errors.As(err, &ue)
+		if !isUsage || printsUsage() {
+			fmt.Fprintln(os.Stderr, "pingpong:", err)
+		}
+		if isUsage {
 			os.Exit(2)
 		}
 		os.Exit(1)
@@ -108,6 +115,9 @@ func dispatch(args []string) error {
 }
 
 func usage() {
+	if !printsUsage() {
+		return
+	}
 	fmt.Fprint(os.Stderr, `usage: rmarun -n N pingpong [subcommand] [flags]
 
 subcommands:

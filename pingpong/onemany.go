@@ -11,7 +11,7 @@ var oneManyModes = []string{"fence3", "fence2", "pscw"}
 
 func runOneMany(args []string) error {
 	var s sweep
-	fs := newFlagSet("onemany", "rmarun -n N pingpong onemany [-mode fence3,fence2,pscw|all] [-min E] [-max E] [-reps R] [-warmup W] [-iters I] [-thesis] [-quick] [-json F] [-csv F]")
+	fs := newFlagSet("onemany", "rmarun -n N pingpong onemany [-mode fence3,fence2,pscw|all] [-min E] [-max E] [-reps R] [-warmup W] [-iters I] [-single] [-quick] [-json F] [-csv F]")
 	s.register(fs, "fence3")
 	if err := parse(fs, args); err != nil {
 		return err

@@ -16,7 +16,7 @@ var oneOneModes = []string{"fence3", "fence2", "pscw", "lock", "lockall", "get"}
 
 func runOneOne(args []string) error {
 	var s sweep
-	fs := newFlagSet("oneone", "rmarun -n 2 pingpong [oneone] [-mode fence3,...|all] [-min E] [-max E] [-reps R] [-warmup W] [-iters I] [-thesis] [-quick] [-json F] [-csv F]")
+	fs := newFlagSet("oneone", "rmarun -n 2 pingpong [oneone] [-mode fence3,...|all] [-min E] [-max E] [-reps R] [-warmup W] [-iters I] [-single] [-quick] [-json F] [-csv F]")
 	s.register(fs, "fence3")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -100,8 +100,8 @@ func (p *pair) runMode(j *job, s *sweep, mode string, step *int, steps int) erro
 	return err
 }
 
-// fence3 is the thesis's round trip: fence; rank 0 puts; fence; rank 1
-// puts back; fence.
+// fence3 is the round trip of the reference method (docs/benchmarks.md):
+// fence; rank 0 puts; fence; rank 1 puts back; fence.
 func (p *pair) fence3(n int, full bool) error {
 	if err := p.win.Fence(0); err != nil {
 		return err

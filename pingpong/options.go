@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,7 +24,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.jsonPath, "json", "", "write the results with metadata to this JSON `file`")
-	fs.StringVar(&c.csvPath, "csv", "", "write the results as the thesis's CSV to this `file`")
+	fs.StringVar(&c.csvPath, "csv", "", "write the results as CSV (header row; elements, ranks, one column per repetition, bench, sync, bytes, metric) to this `file`")
 	fs.StringVar(&c.label, "label", "", "system name in the JSON and on plots (default \"rmago <provider>\")")
 	fs.StringVar(&c.window, "w", "allocate", "window kind: allocate (library memory) or create (a Go slice)")
 	fs.BoolVar(&c.quick, "quick", false, "a few small sizes and few repetitions (smoke test)")
@@ -42,8 +43,8 @@ type sweep struct {
 	common
 	minExp, maxExp int
 	reps, warmup   int
-	iters          int // round trips per repetition; 0: automatic
-	thesis         bool
+	iters          int  // round trips per repetition; 0: automatic
+	single         bool // -single: no warm-up, one round trip per repetition
 	modes          string
 }
 
@@ -54,11 +55,11 @@ func (s *sweep) register(fs *flag.FlagSet, modes string) {
 	fs.IntVar(&s.reps, "reps", 12, "timed repetitions per size (the fastest and slowest are dropped)")
 	fs.IntVar(&s.warmup, "warmup", 1, "untimed repetitions per size before the timed ones")
 	fs.IntVar(&s.iters, "iters", 0, "round trips per repetition (0: about 1.6 MB moved per repetition, 2 to 200)")
-	fs.BoolVar(&s.thesis, "thesis", false, "the thesis's exact method: no warm-up, one round trip per repetition")
+	fs.BoolVar(&s.single, "single", false, "no warm-up and one round trip per repetition (the method of the Rust RMA study in docs/benchmarks.md)")
 	fs.StringVar(&s.modes, "mode", modes, "synchronization modes, comma-separated, or all")
 }
 
-// finish applies -quick and -thesis and checks the values.
+// finish applies -quick and -single and checks the values.
 func (s *sweep) finish(fs *flag.FlagSet, all []string) ([]string, error) {
 	if err := s.common.check(); err != nil {
 		return nil, err
@@ -79,7 +80,7 @@ func (s *sweep) finish(fs *flag.FlagSet, all []string) ([]string, error) {
 			s.warmup = 0
 		}
 	}
-	if s.thesis {
+	if s.single {
 		s.warmup, s.iters = 0, 1
 	}
 	switch {
@@ -121,31 +122,63 @@ func parseModes(list string, all []string) ([]string, error) {
 	return out, nil
 }
 
-// newFlagSet is a flag set that reports errors instead of exiting.
+// newFlagSet is a flag set that reports errors instead of exiting. Its
+// usage (which Parse prints once, for -h and for a bad flag) goes to
+// stderr, and only from one rank of a job (see printsUsage).
 func newFlagSet(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
+		if !printsUsage() {
+			return
+		}
 		fs.SetOutput(os.Stderr)
 		fmt.Fprintf(os.Stderr, "usage: %s\n", synopsis)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 	return fs
 }
 
-// parse parses args, turning flag errors into usage errors.
-func parse(fs *flag.FlagSet, args []string) error {
+// parseFlags parses args; flag errors become usage errors, and -h returns
+// flag.ErrHelp (main exits 0). Parse itself has printed the usage.
+func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fs.Usage()
+		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usagef("%v", err)
+	}
+	return nil
+}
+
+// parse is parseFlags for the measuring subcommands, which take no
+// arguments besides their flags.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	return nil
+}
+
+// rankEnv lists the variables in which the launchers rmago joins (rmarun,
+// Slurm, Hydra, PMIx launchers such as Open MPI's mpirun) give a process
+// its rank.
+var rankEnv = []string{"RMAGO_RANK", "SLURM_PROCID", "PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"}
+
+// printsUsage reports whether this process prints usage and command-line
+// errors: every rank of a job parses the same command line, so only rank 0
+// (or a process started by no launcher) does, and a job's -h prints once.
+func printsUsage() bool {
+	for _, v := range rankEnv {
+		if r, ok := os.LookupEnv(v); ok && r != "" {
+			return r == "0"
+		}
+	}
+	return true
 }
 
 // newWindow makes a window of n elements of the kind -w asked for.

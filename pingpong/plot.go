@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -48,12 +47,8 @@ func runPlot(args []string) error {
 	fs.IntVar(&o.cols, "cols", 2, "panels per row")
 	fs.Float64Var(&o.width, "width", 14, "panel width in cm")
 	fs.Float64Var(&o.height, "height", 10, "panel height in cm")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fs.Usage()
-			return err
-		}
-		return usagef("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		return usagef("plot: name one or more JSON files")
@@ -76,11 +71,12 @@ func runPlot(args []string) error {
 	if len(panels) == 0 {
 		return fmt.Errorf("plot: no results match")
 	}
+	idx, names := styles(reps, panels)
 	svgPath, pngPath := outPaths(o.out)
-	if err := o.save(panels, svgPath, true); err != nil {
+	if err := o.save(panels, idx, names, svgPath, true); err != nil {
 		return err
 	}
-	if err := o.save(panels, pngPath, false); err != nil {
+	if err := o.save(panels, idx, names, pngPath, false); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s and %s (%d panels)\n", svgPath, pngPath, len(panels))
@@ -173,12 +169,12 @@ func (o *plotOpts) panels(reps []*Report) []*panel {
 	return out
 }
 
-// chart draws one panel.
-func (o *plotOpts) chart(p *panel) (*plot.Plot, error) {
+// chart draws one panel, each system's line in its own style (the same in
+// every panel). The panel has no legend of its own: save draws one for all
+// panels above them, where it covers no data.
+func (o *plotOpts) chart(p *panel, styles map[string]int) (*plot.Plot, error) {
 	pl := plot.New()
 	pl.Title.Text = p.title
-	pl.Legend.Top = true
-	pl.Legend.Left = true
 	pl.Y.Scale = plot.LogScale{}
 	pl.Y.Tick.Marker = decadeTicks{}
 	switch p.metric {
@@ -186,7 +182,6 @@ func (o *plotOpts) chart(p *panel) (*plot.Plot, error) {
 		pl.Y.Label.Text = "round-trip time (µs)"
 	case MetricBW:
 		pl.Y.Label.Text = "bandwidth (MB/s)"
-		pl.Legend.Top = true
 	default:
 		pl.Y.Label.Text = "latency (µs)"
 	}
@@ -200,7 +195,7 @@ func (o *plotOpts) chart(p *panel) (*plot.Plot, error) {
 		pl.X.Padding = vg.Millimeter * 4
 	}
 	pl.Add(plotter.NewGrid())
-	for i, s := range p.lines {
+	for _, s := range p.lines {
 		if len(s.xy) == 0 {
 			continue
 		}
@@ -208,23 +203,88 @@ func (o *plotOpts) chart(p *panel) (*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		line.Color = plotutil.Color(i)
-		line.Dashes = plotutil.Dashes(i)
-		line.Width = vg.Points(1.2)
-		points.Color = plotutil.Color(i)
-		points.Shape = plotutil.Shape(i)
+		line.LineStyle, points.GlyphStyle = style(styles[s.system])
 		pl.Add(line, points)
-		pl.Legend.Add(s.system, line, points)
 	}
 	return pl, nil
 }
 
-// save draws every panel into one SVG or PNG file, in a grid.
-func (o *plotOpts) save(panels []*panel, path string, svg bool) error {
+// style is the line and marker of the i-th system.
+func style(i int) (draw.LineStyle, draw.GlyphStyle) {
+	c := plotutil.Color(i)
+	return draw.LineStyle{Color: c, Width: vg.Points(1.2), Dashes: plotutil.Dashes(i)},
+		draw.GlyphStyle{Color: c, Radius: vg.Points(3), Shape: plotutil.Shape(i)}
+}
+
+// styles gives every system of the files its style by the order of the
+// files on the command line, whether or not it has a line in a panel: the
+// same files in the same order give every system the same colour and
+// marker in every panel and every plot. It also returns the systems that
+// have a line in some panel, in that order: the legend's entries.
+func styles(reps []*Report, panels []*panel) (map[string]int, []string) {
+	idx := map[string]int{}
+	var order []string
+	for _, r := range reps {
+		if _, ok := idx[r.Meta.System]; !ok {
+			idx[r.Meta.System] = len(order)
+			order = append(order, r.Meta.System)
+		}
+	}
+	var shown []string
+	for _, name := range order {
+		for _, p := range panels {
+			if slices.ContainsFunc(p.lines, func(s *series) bool { return s.system == name && len(s.xy) > 0 }) {
+				shown = append(shown, name)
+				break
+			}
+		}
+	}
+	return idx, shown
+}
+
+// Legend layout: entries of legendCell width side by side, in rows of
+// legendRow height, above the panels.
+const (
+	legendCell = 7 * vg.Centimeter
+	legendRow  = 7 * vg.Millimeter
+)
+
+// legendHeight is the height of the legend of n systems across width w.
+func legendHeight(n int, w vg.Length) vg.Length {
+	perRow := max(1, int(w/legendCell))
+	rows := (n + perRow - 1) / perRow
+	return vg.Length(rows)*legendRow + 3*vg.Millimeter
+}
+
+// drawLegend draws one entry per system, side by side in rows, across the
+// top of c, each in its style idx[name].
+func drawLegend(c draw.Canvas, names []string, idx map[string]int) {
+	w := c.Max.X - c.Min.X
+	perRow := max(1, int(w/legendCell))
+	for i, name := range names {
+		row, col := i/perRow, i%perRow
+		x := c.Min.X + 3*vg.Millimeter + vg.Length(col)*legendCell
+		top := c.Max.Y - 2*vg.Millimeter - vg.Length(row)*legendRow
+		cell := draw.Canvas{Canvas: c.Canvas, Rectangle: vg.Rectangle{
+			Min: vg.Point{X: x, Y: top - legendRow},
+			Max: vg.Point{X: x + legendCell, Y: top},
+		}}
+		ls, gs := style(idx[name])
+		l := plot.NewLegend()
+		l.Top, l.Left = true, true
+		l.Add(name, &plotter.Line{LineStyle: ls}, &plotter.Scatter{GlyphStyle: gs})
+		l.Draw(cell)
+	}
+}
+
+// save draws every panel into one SVG or PNG file, in a grid under one
+// legend of the systems names (styled by idx).
+func (o *plotOpts) save(panels []*panel, idx map[string]int, names []string, path string, svg bool) error {
 	cols := max(1, min(o.cols, len(panels)))
 	rows := (len(panels) + cols - 1) / cols
 	w := vg.Length(o.width*float64(cols)) * vg.Centimeter
-	h := vg.Length(o.height*float64(rows)) * vg.Centimeter
+	lh := legendHeight(len(names), w)
+	h := vg.Length(o.height*float64(rows))*vg.Centimeter + lh
 	var canvas vg.CanvasSizer
 	var writer io.WriterTo
 	if svg {
@@ -235,10 +295,12 @@ func (o *plotOpts) save(panels []*panel, path string, svg bool) error {
 		canvas, writer = c, vgimg.PngCanvas{Canvas: c}
 	}
 	dc := draw.New(canvas)
+	drawLegend(draw.Crop(dc, 0, 0, h-lh, 0), names, idx)
+	dc = draw.Crop(dc, 0, 0, 0, -lh)
 	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Centimeter, PadY: vg.Centimeter,
 		PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
 	for i, p := range panels {
-		pl, err := o.chart(p)
+		pl, err := o.chart(p, idx)
 		if err != nil {
 			return err
 		}

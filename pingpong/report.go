@@ -1,14 +1,13 @@
 package main
 
 import (
-	"bufio"
+	"encoding/csv"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -164,7 +163,9 @@ func (j *job) finish(runErr error) error {
 	return j.w.Close()
 }
 
-// printRow prints r as a table row, with a header when the kind of table changes.
+// printRow prints r as a table row, with a header when the kind of table
+// changes. A result of one repetition (the OSU-style suite's default) has
+// one value; min, median and max are shown only when there are several.
 func printRow(w io.Writer, r *Result, last *string) {
 	unit := "us"
 	if r.Metric == MetricBW {
@@ -175,19 +176,29 @@ func printRow(w io.Writer, r *Result, last *string) {
 	case r.Metric == MetricRTT:
 		head = fmt.Sprintf("\n# %s %s, %d ranks, window %s: round-trip time of iters round trips, %d reps (fastest and slowest dropped for the mean)\n%10s %10s %12s %12s %12s %12s %7s\n",
 			r.Bench, r.Sync, r.Ranks, r.Window, r.Reps, "elements", "bytes", "mean_us", "min_us", "median_us", "max_us", "iters")
+	case r.Reps <= 1:
+		name := "latency_us"
+		if r.Metric == MetricBW {
+			name = "MB/s"
+		}
+		head = fmt.Sprintf("\n# %s, sync %s, window %s, %d ranks: %s\n%10s %12s %9s\n",
+			r.Bench, r.Sync, r.Window, r.Ranks, r.Metric, "bytes", name, "iters")
 	default:
-		head = fmt.Sprintf("\n# %s, sync %s, window %s, %d ranks: %s\n%10s %12s %12s %12s %12s %9s\n",
-			r.Bench, r.Sync, r.Window, r.Ranks, r.Metric, "bytes", "mean_"+unit, "min_"+unit, "median_"+unit, "max_"+unit, "iters")
+		head = fmt.Sprintf("\n# %s, sync %s, window %s, %d ranks: %s, %d reps\n%10s %12s %12s %12s %12s %9s\n",
+			r.Bench, r.Sync, r.Window, r.Ranks, r.Metric, r.Reps, "bytes", "mean_"+unit, "min_"+unit, "median_"+unit, "max_"+unit, "iters")
 	}
 	if head != *last {
 		fmt.Fprint(w, head)
 		*last = head
 	}
-	if r.Metric == MetricRTT {
+	switch {
+	case r.Metric == MetricRTT:
 		fmt.Fprintf(w, "%10d %10d %12.2f %12.2f %12.2f %12.2f %7d\n", r.Elements, r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Iters)
-		return
+	case r.Reps <= 1:
+		fmt.Fprintf(w, "%10d %12.2f %9d\n", r.Bytes, r.Mean, r.Iters)
+	default:
+		fmt.Fprintf(w, "%10d %12.2f %12.2f %12.2f %12.2f %9d\n", r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Iters)
 	}
-	fmt.Fprintf(w, "%10d %12.2f %12.2f %12.2f %12.2f %9d\n", r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Iters)
 }
 
 func writeJSON(path string, rep *Report) error {
@@ -211,31 +222,61 @@ func readJSON(path string) (*Report, error) {
 	return &rep, nil
 }
 
-// writeCSV writes the thesis's CSV: per size, the element count, the
-// number of ranks and every repetition's time in µs, plus (after the
-// thesis's columns) the benchmark, sync mode and bytes, so one file can
-// hold several modes.
+// writeCSV writes the CSV of the one-to-one benchmark's original method
+// (docs/benchmarks.md): a header row, then per size the element count
+// (bytes for the OSU-style and latency tests), the number of ranks and
+// every repetition's value, plus the benchmark, sync mode, bytes and the
+// metric (the unit of the repetitions: rtt_us, latency_us or
+// bandwidth_MBps), so one file can hold several modes. Rows with fewer
+// repetitions than the most any row has leave the missing cells empty, so
+// every row has the header's columns.
 func writeCSV(path string, results []Result) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	bw := bufio.NewWriter(f)
+	if err := csvTo(f, results); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// csvTo writes results as writeCSV's CSV to w.
+func csvTo(w io.Writer, results []Result) error {
+	reps := 0
+	first := "elements"
+	for _, r := range results {
+		reps = max(reps, len(r.Samples))
+		if r.Elements == 0 {
+			first = "size"
+		}
+	}
+	cw := csv.NewWriter(w)
+	head := []string{first, "ranks"}
+	for i := 1; i <= reps; i++ {
+		head = append(head, "rep"+strconv.Itoa(i))
+	}
+	if err := cw.Write(append(head, "bench", "sync", "bytes", "metric")); err != nil {
+		return err
+	}
 	for _, r := range results {
 		size := r.Elements
 		if size == 0 {
 			size = r.Bytes
 		}
 		fields := []string{strconv.Itoa(size), strconv.Itoa(r.Ranks)}
-		for _, v := range r.Samples {
-			fields = append(fields, strconv.FormatFloat(v, 'f', 6, 64))
+		for i := range reps {
+			v := ""
+			if i < len(r.Samples) {
+				v = strconv.FormatFloat(r.Samples[i], 'f', 6, 64)
+			}
+			fields = append(fields, v)
 		}
-		fields = append(fields, r.Bench, r.Sync, strconv.Itoa(r.Bytes))
-		fmt.Fprintln(bw, strings.Join(fields, ","))
+		if err := cw.Write(append(fields, r.Bench, r.Sync, strconv.Itoa(r.Bytes), r.Metric)); err != nil {
+			return err
+		}
 	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	cw.Flush()
+	return cw.Error()
 }

@@ -16,7 +16,7 @@ type roundTrip func(n int, full bool) error
 // per size. Warm-up round trips and one round trip after the timed ones
 // check every element; timed ones check the stamped elements. With
 // barrier, the ranks meet before each timed repetition (not in fence3,
-// whose first fence does it, as in the thesis).
+// whose first fence does it, as in the reference method).
 func (j *job) runSweep(s *sweep, bench, mode string, ranks int, barrier bool, rt roundTrip, step *int, steps int) error {
 	for e := s.minExp; e <= s.maxExp; e++ {
 		n := 1 << e

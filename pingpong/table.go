@@ -22,8 +22,8 @@ func runTable(args []string) error {
 	sizes := fs.String("bytes", "8,64,1024,8192,65536,1048576,8388608", "the message sizes (bytes) to list, or all")
 	bench := fs.String("bench", "", "only these benchmarks (comma-separated)")
 	sync := fs.String("sync", "", "only these synchronization modes (comma-separated)")
-	if err := fs.Parse(args); err != nil {
-		return usagef("%v", err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 {
 		return usagef("table: name one or more JSON files")
@@ -85,8 +85,10 @@ func writeTables(w io.Writer, reps []*Report, base string, sizes []int, bench, s
 	if !slices.Contains(systems, base) {
 		return fmt.Errorf("table: no system %q (have %s)", base, strings.Join(systems, ", "))
 	}
-	others := slices.DeleteFunc(slices.Clone(systems), func(s string) bool { return s == base })
 	for _, g := range groups {
+		// The other systems with results in this group: no columns of
+		// dashes for a system that did not run this benchmark.
+		others := slices.DeleteFunc(slices.Clone(systems), func(s string) bool { return s == base || len(val[s][g]) == 0 })
 		unit := "mean round-trip time, µs"
 		switch g.metric {
 		case MetricLatency:

@@ -16,7 +16,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -25,7 +27,7 @@ func main() {
 	keys := flag.Int("keys", 5000, "keys each rank inserts (half shared with each neighbour rank)")
 	slots := flag.Int("slots", 0, "slots per rank (0: 2×keys)")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./hashtable [-keys 5000] [-slots 10000] [-json]")
 	cfg := config{keys: *keys, slots: *slots}
 	if cfg.slots == 0 {
 		cfg.slots = 2 * cfg.keys
@@ -36,15 +38,17 @@ func main() {
 			return nil, "", err
 		}
 		ops := float64(cfg.keys * w.Size())
-		r := &report.Result{App: "hashtable", Variant: "cas", Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.slots * w.Size(), Iterations: cfg.keys, Verified: o.verified,
-			Extra: map[string]float64{
-				"inserts/s":     ops / o.insert.Seconds(),
-				"lookups/s":     ops * 1.25 / o.lookup.Seconds(),
-				"distinct keys": float64(o.inserted),
-			}}
+		r := report.New(w, "hashtable", "cas")
+		r.N, r.Size = cfg.slots*w.Size(), fmt.Sprintf("%d slots", cfg.slots*w.Size())
+		r.Iterations, r.IterUnit = cfg.keys, "keys inserted per rank"
+		r.NoPerIter = true // the ranks' inserts run concurrently
+		r.Verified = o.verified
+		r.Extra = map[string]float64{
+			"inserts/s":     ops / o.insert.Seconds(),
+			"lookups/s":     ops * 1.25 / o.lookup.Seconds(),
+			"distinct keys": float64(o.inserted),
+		}
 		r.Finish(o.insert+o.lookup, o.seq)
-		r.PerIter = 0
 		return r, o.why, nil
 	})
 }

@@ -16,7 +16,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -27,15 +29,17 @@ func main() {
 	cols := flag.String("cols", "pack", "halo columns: pack (one put of a packed buffer) or vector (one put per element)")
 	reps := flag.Int("reps", 1, "run this many times (the sequential version too); report the best times")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./heat [-n 1024] [-steps 200] [-cols pack|vector] [-reps 1] [-json]")
 	cfg := config{n: *n, steps: *steps, cols: *cols, reps: *reps}
 	report.Run("heat", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		o, err := run(w, cfg)
 		if err != nil {
 			return nil, "", err
 		}
-		r := &report.Result{App: "heat", Variant: "pscw-" + cfg.cols, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.n, Iterations: cfg.steps, Verified: o.verified}
+		r := report.New(w, "heat", "pscw-"+cfg.cols)
+		r.N, r.Size = cfg.n, fmt.Sprintf("%d×%d grid", cfg.n, cfg.n)
+		r.Iterations, r.IterUnit = cfg.steps, "time steps"
+		r.Verified = o.verified
 		r.Finish(o.elapsed, o.seq)
 		return r, o.why, nil
 	})

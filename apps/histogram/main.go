@@ -13,7 +13,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -24,7 +26,7 @@ func main() {
 	batch := flag.Bool("batch", false, "count locally, then one Accumulate per rank")
 	seed := flag.Uint64("seed", 1, "random seed")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./histogram [-bins 4096] [-updates 200000] [-batch] [-json]")
 	cfg := config{bins: *bins, updates: *updates, batch: *batch, seed: *seed}
 	report.Run("histogram", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		o, err := run(w, cfg)
@@ -36,11 +38,13 @@ func main() {
 			variant = "batch"
 		}
 		total := float64(cfg.updates) * float64(w.Size())
-		r := &report.Result{App: "histogram", Variant: variant, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.bins, Iterations: cfg.updates, Verified: o.verified,
-			Extra: map[string]float64{"updates/s": total / o.elapsed.Seconds()}}
+		r := report.New(w, "histogram", variant)
+		r.N, r.Size = cfg.bins, fmt.Sprintf("%d bins", cfg.bins)
+		r.Iterations, r.IterUnit = cfg.updates, "updates per rank"
+		r.NoPerIter = true // the ranks' updates run concurrently
+		r.Verified = o.verified
+		r.Extra = map[string]float64{"updates/s": total / o.elapsed.Seconds()}
 		r.Finish(o.elapsed, o.seq)
-		r.PerIter = 0 // not meaningful: updates run concurrently
 		return r, o.why, nil
 	})
 }

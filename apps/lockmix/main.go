@@ -15,7 +15,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -25,7 +27,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
 	verbose := flag.Bool("v", false, "every rank prints its time waiting for locks (stderr)")
 	hot := flag.Bool("hot", false, "every exclusive and shared lock targets rank 0")
-	flag.Parse()
+	cli.Parse("rmarun -n 32 ./lockmix [-rounds 200] [-hot] [-json] [-v]")
 	report.Run("lockmix", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		cfg := config{rounds: *rounds, hot: *hot, verbose: *verbose}
 		o, err := run(w, cfg)
@@ -36,14 +38,16 @@ func main() {
 		if cfg.hot {
 			variant = "hot"
 		}
-		r := &report.Result{App: "lockmix", Variant: variant, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: w.Size(), Iterations: *rounds, Verified: o.verified,
-			Extra: map[string]float64{
-				"locks/s":               float64(*rounds) * float64(w.Size()) / o.elapsed.Seconds(),
-				"max_round_seconds":     o.maxRound.Seconds(),
-				"max_lock_wait_seconds": o.lockWait.Seconds(),
-			}}
-		r.Finish(o.elapsed, 0)
+		r := report.New(w, "lockmix", variant)
+		r.N, r.Size = w.Size(), fmt.Sprintf("%d counter pairs (one per rank)", w.Size())
+		r.Iterations, r.IterUnit = *rounds, "lock rounds per rank"
+		r.Verified = o.verified
+		r.Extra = map[string]float64{
+			"locks/s":               float64(*rounds) * float64(w.Size()) / o.elapsed.Seconds(),
+			"max_round_seconds":     o.maxRound.Seconds(),
+			"max_lock_wait_seconds": o.lockWait.Seconds(),
+		}
+		r.Finish(o.elapsed, 0) // no sequential version
 		return r, o.why, nil
 	})
 }

@@ -2,8 +2,8 @@ package main
 
 import "github.com/rmago/rmago/rma"
 
-// big: fence synchronization, one window over the whole stripe (the
-// thesis's "Big Window"). Each phase a rank puts its first row into the
+// big: fence synchronization, one window over the whole stripe (the "Big
+// Window" variant of the Rust study in docs/apps.md). Each phase a rank puts its first row into the
 // upper neighbour's bottom halo and its last row into the lower
 // neighbour's top halo, straight out of its own window (registered memory:
 // no copy), and a single fence completes both. The double-buffered halos

@@ -1,6 +1,7 @@
 // Command sor is red-black successive over-relaxation on an n×n grid split
 // into row stripes, one per rank, in five variants of one-sided halo
-// exchange (the seed thesis's application, section 5.2):
+// exchange (the application of section 5.2 of X. Shi, "Safe, Fast and
+// Elegant Communication in Rust", Leiden University, 2024; docs/apps.md):
 //
 //	rmarun -n 4 ./sor [-variant big|split|lock|pscw|get] [-n 1024] [-iters 200] [-tol 0] [-check 1] [-reps 1] [-json]
 //
@@ -26,6 +27,7 @@ package main
 import (
 	"flag"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -39,7 +41,7 @@ func main() {
 	omega := flag.Float64("omega", 0, "over-relaxation factor (0: the optimum for n)")
 	reps := flag.Int("reps", 1, "solve this many times (and the sequential version too); report the best times")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./sor [-variant big|split|lock|pscw|get] [-n 1024] [-iters 200] [-tol 0] [-check 1] [-reps 1] [-json]")
 	p := problem{n: *n, iters: *iters, check: *check, tol: *tol, omega: *omega}
 	if p.omega == 0 && p.n > 2 {
 		p.omega = optimalOmega(p.n)

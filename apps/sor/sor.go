@@ -180,9 +180,11 @@ func verify(w *rma.World, p problem, s *stripe, red *coll.Reducer[float64], reps
 
 // result is the report of a run.
 func result(w *rma.World, p problem, variant string, o outcome) *report.Result {
-	r := &report.Result{App: "sor", Variant: variant, Provider: w.Provider().Name, Ranks: w.Size(),
-		N: p.n, Iterations: o.iters, Verified: o.verified,
-		Extra: map[string]float64{"residual": o.resid}}
+	r := report.New(w, "sor", variant)
+	r.N, r.Size = p.n, fmt.Sprintf("%d×%d grid", p.n, p.n)
+	r.Iterations, r.IterUnit = o.iters, "sweeps"
+	r.Verified = o.verified
+	r.Extra = map[string]float64{"residual": o.resid}
 	r.Finish(o.elapsed, o.seq)
 	return r
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // split: fence synchronization with two small windows, created over the
-// halo parts of the stripe (the thesis's "Split", which Rust's borrow
+// halo parts of the stripe (the Rust study's "Split", which Rust's borrow
 // rules forced; in Go, two windows over two parts of one slice are just
 // two sub-slices). The stripe is an ordinary Go slice; only the halos are
 // registered, so a put's origin row goes through the library's bounce

@@ -13,7 +13,9 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
+	"github.com/rmago/rmago/apps/internal/cli"
 	"github.com/rmago/rmago/apps/internal/report"
 	"github.com/rmago/rmago/rma"
 )
@@ -23,16 +25,18 @@ func main() {
 	reps := flag.Int("reps", 10, "transposes to time")
 	mode := flag.String("mode", "blocks", "blocks (pack, one get per rank) or rows (one get per matrix row)")
 	asJSON := flag.Bool("json", false, "print the result as one JSON object")
-	flag.Parse()
+	cli.Parse("rmarun -n 4 ./transpose [-n 2048] [-reps 10] [-mode blocks|rows] [-json]")
 	cfg := config{n: *n, reps: *reps, mode: *mode}
 	report.Run("transpose", *asJSON, func(w *rma.World) (*report.Result, string, error) {
 		o, err := run(w, cfg)
 		if err != nil {
 			return nil, "", err
 		}
-		r := &report.Result{App: "transpose", Variant: cfg.mode, Provider: w.Provider().Name, Ranks: w.Size(),
-			N: cfg.n, Iterations: cfg.reps, Verified: o.verified,
-			Extra: map[string]float64{"GB/s": 8 * float64(cfg.n) * float64(cfg.n) * float64(cfg.reps) / o.elapsed.Seconds() / 1e9}}
+		r := report.New(w, "transpose", cfg.mode)
+		r.N, r.Size = cfg.n, fmt.Sprintf("%d×%d matrix", cfg.n, cfg.n)
+		r.Iterations, r.IterUnit = cfg.reps, "transposes"
+		r.Verified = o.verified
+		r.Extra = map[string]float64{"GB/s": 8 * float64(cfg.n) * float64(cfg.n) * float64(cfg.reps) / o.elapsed.Seconds() / 1e9}
 		r.Finish(o.elapsed, o.seq)
 		return r, o.why, nil
 	})

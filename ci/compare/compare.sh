@@ -168,7 +168,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 [ -n "${COMPARE_NO_OSU:-}" ] && OSU_SPECS="" || OSU_SPECS="put_latency:fence,lock,flush,lock_all,pscw get_latency:fence,lock,flush put_bw:flush acc_latency:flush fop_latency:flush cas_latency:flush"
-[ -n "$OSU_SPECS" ] && say "OSU-style suite, rmago only (MPI's OSU figures: shared/baselines.md)" && quiet "OSU-style suite"
+[ -n "$OSU_SPECS" ] && say "OSU-style suite, rmago (MPI's OSU 7.4 figures: docs/baselines.md)" && quiet "OSU-style suite"
 OSU="bin/rmarun -n 2 -provider soft -quiet-prefix bin/pingpong osu -no-progress -label 'rmago soft (TCP)'"
 for spec in $OSU_SPECS; do
 	set -- ${spec/:/ }
@@ -204,7 +204,12 @@ done
 $PP plot -o docs/compare-oneone.svg -bench oneone -cols 2 "${JSONS[@]}" >/dev/null
 $PP plot -o docs/compare-onemany.svg -bench onemany -cols 3 "${JSONS[@]}" >/dev/null
 $PP plot -o docs/compare-onemany-by-n.svg -bench onemany -x ranks -size 8 -cols 1 "${JSONS[@]}" >/dev/null
-$PP plot -o docs/compare-osu.svg -cols 3 "$OUT/rmago-osu.json" >/dev/null
+# The OSU-style plot draws the MPIs' OSU 7.4 figures of docs/baselines.md
+# (ci/compare/baseline, an earlier run: this script does not build OSU)
+# beside rmago's, in the one-to-one plot's order, so each system keeps its
+# colour.
+OSU_BASE=(ci/compare/baseline/osu-ompi-tcp.json ci/compare/baseline/osu-mpich-tcp.json ci/compare/baseline/osu-ompi-shm.json)
+$PP plot -o docs/compare-osu.svg -cols 3 "$OUT/rmago-osu.json" "${OSU_BASE[@]}" >/dev/null
 
 GEN=$OUT/generated.md
 {
@@ -229,10 +234,12 @@ GEN=$OUT/generated.md
 	echo "![one-to-many by N, 8 bytes](compare-onemany-by-n.png)"
 	$PP table -base "rmago soft (TCP)" -bench onemany -bytes 8,1024,65536,524288 "${JSONS[@]}"
 	echo
-	echo "### OSU-style suite, rmago soft only"
+	echo "### OSU-style suite"
+	echo
+	echo "rmago's OSU-style suite in this run; the MPIs' lines and columns are OSU 7.4 figures from an earlier run ([baselines.md](baselines.md)): compare with care."
 	echo
 	echo "![OSU-style](compare-osu.png)"
-	$PP table -bytes 8,1024,65536,1048576 "$OUT/rmago-osu.json"
+	$PP table -bytes 8,1024,65536,1048576 "$OUT/rmago-osu.json" "${OSU_BASE[@]}"
 	echo
 	echo "### Problems during the run"
 	echo

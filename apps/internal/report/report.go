@@ -15,23 +15,36 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/rmago/rmago/rma"
 )
 
 // Result is one measured run of an app. Seconds is the parallel run's
 // wall time (the slowest rank's); SeqSeconds that of the sequential
 // version of the same computation on one core; Speedup their ratio.
 type Result struct {
-	System     string  `json:"system"` // app and variant, e.g. "sor/big": one line of a plot
-	App        string  `json:"app"`
-	Variant    string  `json:"variant"`
-	Provider   string  `json:"provider"`
-	Ranks      int     `json:"ranks"`
-	N          int     `json:"n"`
+	System   string `json:"system"` // app and variant, e.g. "sor/big": one line of a plot
+	App      string `json:"app"`
+	Variant  string `json:"variant"`
+	Provider string `json:"provider"` // the verbs provider: soft or ibv
+	Device   string `json:"device"`   // its device: soft0, mlx5_0, rxe0, ...
+	Ranks    int    `json:"ranks"`
+	// N is the problem's size and Size says what it counts, in words:
+	// "1024×1024 grid", "8000 slots".
+	N    int    `json:"n"`
+	Size string `json:"size"`
+	// Iterations is how many times the app's step ran and IterUnit what
+	// they are, in the plural ("sweeps", "keys inserted per rank").
 	Iterations int     `json:"iterations"`
+	IterUnit   string  `json:"iteration_unit"`
 	Seconds    float64 `json:"seconds"`
-	PerIter    float64 `json:"seconds_per_iteration"`
-	SeqSeconds float64 `json:"seq_seconds"`
-	Speedup    float64 `json:"speedup"`
+	// PerIter is Seconds / Iterations, absent where iterations do not run
+	// one after the other (NoPerIter).
+	PerIter float64 `json:"seconds_per_iteration,omitempty"`
+	// SeqSeconds and Speedup are absent for an app with no sequential
+	// version (lockmix).
+	SeqSeconds float64 `json:"seq_seconds,omitempty"`
+	Speedup    float64 `json:"speedup,omitempty"`
 	Verified   bool    `json:"verified"`
 	// Load1 is the machine's one-minute load average when the run ended
 	// (Linux), a hint of how much other work shared the cores.
@@ -39,8 +52,19 @@ type Result struct {
 	// GOMAXPROCS is the rank's (rmarun sets cores/ranks unless the
 	// environment sets it).
 	GOMAXPROCS int `json:"gomaxprocs"`
+	// NoPerIter leaves PerIter out: the iterations run concurrently
+	// (histogram's updates, hashtable's inserts), so a time per
+	// iteration would mean nothing.
+	NoPerIter bool `json:"-"`
 	// Extra holds app-specific figures (rates, residuals).
 	Extra map[string]float64 `json:"extra,omitempty"`
+}
+
+// New is a Result of app's variant run on w: its provider, device and
+// ranks filled in.
+func New(w *rma.World, app, variant string) *Result {
+	dev := w.Provider()
+	return &Result{App: app, Variant: variant, Provider: dev.Provider, Device: dev.Name, Ranks: w.Size()}
 }
 
 // Finish fills the derived fields from the two times.
@@ -48,7 +72,7 @@ func (r *Result) Finish(par, seq time.Duration) {
 	r.System = r.App + "/" + r.Variant
 	r.Seconds = par.Seconds()
 	r.SeqSeconds = seq.Seconds()
-	if r.Iterations > 0 {
+	if r.Iterations > 0 && !r.NoPerIter {
 		r.PerIter = r.Seconds / float64(r.Iterations)
 	}
 	if r.Seconds > 0 {
@@ -83,11 +107,21 @@ func (r *Result) Write(out io.Writer, asJSON bool) error {
 		_, err = fmt.Fprintf(out, "%s\n", b)
 		return err
 	}
-	s := fmt.Sprintf("%s: %d ranks (%s), n %d, %d iterations, %s", r.System, r.Ranks, r.Provider, r.N, r.Iterations, fmtSec(r.Seconds))
+	size := r.Size
+	if size == "" {
+		size = fmt.Sprintf("n %d", r.N)
+	}
+	unit := r.IterUnit
+	if unit == "" {
+		unit = "iterations"
+	}
+	s := fmt.Sprintf("%s: %d ranks (provider %s, device %s), %s, %d %s, %s", r.System, r.Ranks, r.Provider, r.Device, size, r.Iterations, unit, fmtSec(r.Seconds))
 	if r.PerIter > 0 {
 		s += fmt.Sprintf(" (%s per iteration)", fmtSec(r.PerIter))
 	}
-	s += fmt.Sprintf(", sequential %s, speed-up %.3g", fmtSec(r.SeqSeconds), r.Speedup)
+	if r.SeqSeconds > 0 {
+		s += fmt.Sprintf(", sequential %s, speed-up %.3g", fmtSec(r.SeqSeconds), r.Speedup)
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Extra)) {
 		s += fmt.Sprintf(", %s %.4g", k, r.Extra[k])
 	}

@@ -1,19 +1,24 @@
-// Package wait polls a condition, for a rank that waits for a flag a peer
-// sets in its window (rma has no call that blocks until local memory
-// changes).
+// Package wait polls a condition on a rank's own memory: the SOR lock
+// variant (apps/sor/lock.go) waits until two notification counters, which
+// its neighbours increment with NIC atomics, reach a phase's count. For a
+// condition on one element, rma's Window.WaitLocal is the call to use: it
+// drives the fabric while it waits. Until is a plain loop outside rma, so
+// with the soft provider the neighbours' increments are applied by the
+// provider's reader goroutine, not by the waiting one.
 //
-// Until polls a few times, yielding to the Go scheduler in between, then
-// sleeps a microsecond between polls. Spinning longer is worse, not
-// better: rmarun gives each rank its share of the cores (GOMAXPROCS 1 with
-// 2 ranks on 2 cores), and a goroutine that only yields keeps that one
-// processor from ever polling the network, so the soft provider's
-// goroutine that would read the peer's flag off its socket does not run
-// (measured: the SOR lock variant took 2.2 ms an iteration that way, 0.6
-// ms with sleeps). While this goroutine sleeps the idle processor blocks
-// in the network poller, which wakes as soon as data arrives on a socket
-// (or when the timer fires: a 1 µs sleep with nothing arriving takes about
-// a third of a millisecond here), so a short sleep is in effect a wait for
-// the fabric.
+// Until checks the condition, yielding to the Go scheduler
+// (runtime.Gosched) between the first 16 checks, then sleeps a microsecond
+// between checks, looking at the clock every 64 of them for the timeout.
+// It sleeps rather than only yielding because a goroutine that only yields
+// keeps its processor busy: with one processor per rank (GOMAXPROCS 1,
+// which rmarun gave 2 ranks on 2 cores when this was measured; it now
+// gives cores/N + 1) the reader goroutine that applies the peer's
+// increment never ran (the SOR lock variant took 2.2 ms an iteration that
+// way, 0.6 ms with sleeps). While this goroutine sleeps, an idle processor
+// blocks in the network poller, which wakes as soon as data arrives on a
+// socket (or when the timer fires: a 1 µs sleep with nothing arriving
+// takes about a third of a millisecond here), so a short sleep is in
+// effect a wait for the fabric.
 package wait
 
 import (
@@ -29,8 +34,9 @@ var ErrTimeout = errors.New("wait: timed out")
 // spins is how many polls Until makes, yielding, before it sleeps.
 const spins = 16
 
-// Until calls cond until it returns true, or fails with ErrTimeout after
-// timeout (0: no limit).
+// Until calls cond until it returns true, or fails with ErrTimeout once
+// timeout (0: no limit) has passed since it started sleeping between
+// checks.
 func Until(cond func() bool, timeout time.Duration) error {
 	var start time.Time
 	for i := 0; ; i++ {
@@ -50,10 +56,11 @@ func Until(cond func() bool, timeout time.Duration) error {
 	}
 }
 
-// Timeout is the job's bound on blocking waits: RMAGO_TIMEOUT (a Go
-// duration, as rma uses it), else 2 minutes.
+// Timeout is the job's bound on blocking waits as rma reads it:
+// RMAGO_TIMEOUT (a Go duration; 0 means no limit), else 2 minutes. A
+// malformed value does not get this far: rma.Init refuses it.
 func Timeout() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("RMAGO_TIMEOUT")); err == nil && d > 0 {
+	if d, err := time.ParseDuration(os.Getenv("RMAGO_TIMEOUT")); err == nil && d >= 0 {
 		return d
 	}
 	return 2 * time.Minute
