@@ -246,6 +246,11 @@ func (w *World) Provider() Device {
 		MaxRegion: d.MaxMRSize}
 }
 
+// Timeout is the bound on every blocking call of the World and its
+// windows (RMAGO_TIMEOUT, default 2 minutes; 0 means none). A program's
+// own waits (polling its memory for a peer's put) can use the same bound.
+func (w *World) Timeout() time.Duration { return w.f.Timeout() }
+
 // Barrier returns once every rank has called it.
 func (w *World) Barrier() error {
 	if err := w.check(); err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/rmago/rmago/apps/internal/wait"
 	"github.com/rmago/rmago/rma"
 )
@@ -23,6 +25,7 @@ type lockFlag struct {
 	win   *rma.Window[float64]
 	flags *rma.Window[int64] // [0]: rows received from up, [1]: from down
 	one   []int64
+	tmo   time.Duration // the job's bound on waits (World.Timeout)
 }
 
 // Flag slots in a rank's flags window.
@@ -46,7 +49,7 @@ func newLock(w *rma.World, s *stripe) (exchanger, error) {
 	if err := flags.LockAll(0); err != nil {
 		return nil, err
 	}
-	return &lockFlag{s: s, win: win, flags: flags, one: []int64{1}}, nil
+	return &lockFlag{s: s, win: win, flags: flags, one: []int64{1}, tmo: w.Timeout()}, nil
 }
 
 func (e *lockFlag) exchange(k int) error {
@@ -90,7 +93,7 @@ func (e *lockFlag) exchange(k int) error {
 	err := wait.Until(func() bool {
 		return (s.up < 0 || e.flags.LoadLocal(fromUp) >= want) &&
 			(s.down < 0 || e.flags.LoadLocal(fromDown) >= want)
-	}, wait.Timeout())
+	}, e.tmo)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,6 @@ package wait
 
 import (
 	"errors"
-	"os"
 	"runtime"
 	"time"
 )
@@ -54,14 +53,4 @@ func Until(cond func() bool, timeout time.Duration) error {
 		}
 		time.Sleep(time.Microsecond)
 	}
-}
-
-// Timeout is the job's bound on blocking waits as rma reads it:
-// RMAGO_TIMEOUT (a Go duration; 0 means no limit), else 2 minutes. A
-// malformed value does not get this far: rma.Init refuses it.
-func Timeout() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("RMAGO_TIMEOUT")); err == nil && d >= 0 {
-		return d
-	}
-	return 2 * time.Minute
 }

@@ -19,17 +19,3 @@ func TestUntil(t *testing.T) {
 		t.Fatalf("got %v, want ErrTimeout", err)
 	}
 }
-
-// Timeout reads RMAGO_TIMEOUT as rma does: 0 is no limit, unset is 2
-// minutes.
-func TestTimeout(t *testing.T) {
-	for _, c := range []struct {
-		env  string
-		want time.Duration
-	}{{"", 2 * time.Minute}, {"30s", 30 * time.Second}, {"0", 0}} {
-		t.Setenv("RMAGO_TIMEOUT", c.env)
-		if got := Timeout(); got != c.want {
-			t.Errorf("RMAGO_TIMEOUT=%q: Timeout() = %v, want %v", c.env, got, c.want)
-		}
-	}
-}
