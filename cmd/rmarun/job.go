@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/internal/launch"
 )
 
@@ -39,6 +40,9 @@ type job struct {
 // secret, the job id, and where rank 0's rendezvous will be.
 func newJob(o *options) (*job, error) {
 	j := &job{opt: o, size: o.n, hostOf: make([]string, o.n)}
+	if err := j.checkSettings(); err != nil {
+		return nil, usageError{err.Error()}
+	}
 	var err error
 	if j.secret, err = launch.NewSecret(); err != nil {
 		return nil, fmt.Errorf("generating the job secret: %v", err)
@@ -161,6 +165,24 @@ func (j *job) sharedEnv() []string {
 		env = append(env, launch.EnvProvider+"="+j.opt.provider)
 	}
 	return append(env, j.opt.env...)
+}
+
+// checkSettings checks the RMAGO_* settings the ranks will see (rmarun's
+// environment, then -provider and -x), so that a bad value fails once,
+// here, rather than in every rank's Init.
+func (j *job) checkSettings() error {
+	set := map[string]string{}
+	for _, kv := range j.sharedEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		set[k] = v
+	}
+	_, err := config.Load(func(k string) string {
+		if v, ok := set[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	})
+	return err
 }
 
 // contractNames are the variables each host sets for itself.

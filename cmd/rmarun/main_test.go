@@ -364,3 +364,26 @@ func TestBadUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestBadSettingFailsOnce: a bad RMAGO_* value (from rmarun's environment
+// or -x) fails in rmarun, before any rank starts, naming the variable.
+func TestBadSettingFailsOnce(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		args []string
+		name string
+	}{
+		{"RMAGO_TIMEOUT=xyz", nil, "RMAGO_TIMEOUT"},
+		{"", []string{"-x", "RMAGO_CONNECT=maybe"}, "RMAGO_CONNECT"},
+	} {
+		if c.env != "" {
+			k, v, _ := strings.Cut(c.env, "=")
+			t.Setenv(k, v)
+		}
+		var stderr strings.Builder
+		args := append(append([]string{"-n", "2"}, c.args...), "/bin/true")
+		if rc := run(args, &stderr); rc != 2 || !strings.Contains(stderr.String(), c.name) {
+			t.Errorf("%s %v: exit %d, stderr %q; want 2 naming %s", c.env, c.args, rc, stderr.String(), c.name)
+		}
+	}
+}
