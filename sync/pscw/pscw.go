@@ -1,8 +1,8 @@
 // Package pscw is the post-start-complete-wait (generalized active target)
 // synchronization of rmago windows (MPI_Win_post, MPI_Win_start,
-// MPI_Win_complete, MPI_Win_wait, MPI_Win_test), after foMPI's: counters
-// on the window's control region (package sync/control) that only grow,
-// changed by remote fetch-and-adds; a rank only polls its own words.
+// MPI_Win_complete, MPI_Win_wait, MPI_Win_test): counters on the window's
+// control region (package sync/control) that only grow, changed by remote
+// fetch-and-adds; a rank only polls its own words.
 // Words, protocol, costs, waiting, failures: docs/sync-protocols.md.
 //
 // The package keeps no epoch state: package rma's state machine calls Post
