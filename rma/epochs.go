@@ -272,6 +272,10 @@ func (win *Window[T]) enter(tr *transition) error {
 		}
 	}
 	tr.from = *win.ep.at(k.part, tr.target)
+	if k.from&(1<<tr.from) == 0 {
+		// guard and the table disagree: a bug in this file.
+		panic(fmt.Sprintf("rma: %s admitted from state %v", k.name, tr.from))
+	}
 	win.ep.move(tr, k.via)
 	if !k.drains {
 		return nil
