@@ -9,10 +9,8 @@ import (
 // lockProtocol is the passive-target protocol (sync/lock).
 type lockProtocol interface {
 	Lock(target int, exclusive bool) error
-	LockNoCheck(target int, exclusive bool) error
 	Unlock(target int, exclusive bool) error
 	LockAll() error
-	LockAllNoCheck() error
 	UnlockAll() error
 }
 

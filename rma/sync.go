@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
@@ -87,25 +86,12 @@ func (win *Window[T]) syncCheck(call string, target int) error {
 func (win *Window[T]) Fence(assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.liveLocked("Fence"); err != nil {
+	tr := transition{kind: kindFence, assert: assert}
+	if assert&NoSucceed != 0 {
+		tr.kind = kindFenceLast
+	}
+	if err := win.enter(&tr); err != nil {
 		return err
-	}
-	if win.ep.fence == fenceRunning {
-		return win.errf(ErrEpochConflict, "Fence while another goroutine's Fence is running (Fence is collective: call it from one goroutine of each rank)")
-	}
-	if e := win.ep.open(); e != "" {
-		return win.errf(ErrEpochConflict, "Fence while %s", e)
-	}
-	if assert&NoPrecede != 0 && win.ops {
-		return win.errf(ErrEpochOpen, "Fence(NoPrecede) after operations in this epoch (drop the NoPrecede assertion)")
-	}
-	prev := win.ep.fence
-	win.ep.fence = fenceRunning
-	var deadline time.Time
-	if err := win.waitInflight(-1, &deadline); err != nil {
-		win.ep.fence = prev
-		win.changedState()
-		return win.wrapf(err, "Fence waiting for other goroutines' accumulates to finish")
 	}
 	win.flushes = win.flushes[:0]
 	if assert&NoPrecede == 0 {
@@ -124,11 +110,7 @@ func (win *Window[T]) Fence(assert Assert) error {
 		err = win.w.drainStage()
 	}
 	win.mu.Lock()
-	win.ep.fence = fenceNone
-	if assert&NoSucceed == 0 {
-		win.ep.fence = fenceOpen
-	}
-	win.changedState()
+	win.leave(&tr, err == nil)
 	if err != nil {
 		return win.wrapf(err, "Fence")
 	}
@@ -190,7 +172,7 @@ func (win *Window[T]) FlushAll() error {
 		win.mu.Unlock()
 		return err
 	}
-	if !win.anyAccess() {
+	if !win.ep.anyAccess() {
 		win.mu.Unlock()
 		return win.errf(ErrNoEpoch, "FlushAll outside an access epoch (open one with Lock, LockAll, Fence or Start first)")
 	}
@@ -200,22 +182,6 @@ func (win *Window[T]) FlushAll() error {
 		return win.wrapf(err, "FlushAll")
 	}
 	return nil
-}
-
-// anyAccess reports whether an access epoch to some rank is open; win.mu
-// held.
-func (win *Window[T]) anyAccess() bool {
-	if win.ep.lockAll == lockShared || win.ep.fence == fenceOpen || win.ep.access == sideOpen {
-		return true
-	}
-	if win.ep.nlocks > 0 {
-		for _, st := range win.ep.lock {
-			if held(st) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // FlushLocal completes this rank's operations to target locally: origin
@@ -293,18 +259,6 @@ func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
 	}
 }
 
-// lockCheck refuses a Lock or LockAll that does not fit the window's open
-// epochs (whatever other goroutines do); win.mu held.
-func (win *Window[T]) lockCheck(call string) error {
-	switch {
-	case win.ep.fence != fenceNone:
-		return win.errf(ErrEpochConflict, "%s inside a fence epoch (end it with Fence(NoSucceed) first)", call)
-	case win.ep.access != sideNone:
-		return win.errf(ErrEpochConflict, "%s inside a PSCW access epoch (call Complete first)", call)
-	}
-	return nil
-}
-
 // Lock opens a passive-target access epoch to rank target (MPI_Win_lock):
 // Exclusive excludes every other lock on target, Shared only exclusive
 // ones. The target takes no part. Locks on several targets may be held at
@@ -325,45 +279,25 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	}
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	var deadline time.Time
-	for {
-		if err := win.syncCheck("Lock", target); err != nil {
-			return err
-		}
-		if err := win.lockCheck("Lock"); err != nil {
-			return err
-		}
-		if win.ep.lockAll == lockNone && win.ep.lock[target] == lockNone {
-			break
-		}
-		what := "LockAll"
-		if win.ep.lockAll == lockNone {
-			what = fmt.Sprintf("its lock on rank %d", target)
-		}
-		if err := win.waitChange(&deadline); err != nil {
-			return win.wrapf(err, "Lock(%d, %v) waited for this rank to release %s (taken by another goroutine, or by this one without Unlock)",
-				target, typ, what)
-		}
+	if err := win.syncCheck("Lock", target); err != nil {
+		return err
 	}
-	win.ep.lock[target] = lockLocking
-	win.ep.nlocks++
-	lockFn := win.locks.Lock
-	if assert&NoCheck != 0 {
-		lockFn = win.locks.LockNoCheck
-	}
-	win.mu.Unlock()
-	err := lockFn(target, typ == Exclusive)
-	win.mu.Lock()
-	if err != nil {
-		win.ep.lock[target] = lockNone
-		win.ep.nlocks--
-		win.changedState()
-		return win.wrapf(err, "Lock(%d, %v)", target, typ)
-	}
-	win.noCheckLock[target] = assert&NoCheck != 0
-	win.ep.lock[target] = lockShared
+	tr := transition{kind: kindLockShared, target: target, assert: assert}
 	if typ == Exclusive {
-		win.ep.lock[target] = lockExclusive
+		tr.kind = kindLockExcl
+	}
+	if err := win.enter(&tr); err != nil {
+		return err
+	}
+	var err error
+	if assert&NoCheck == 0 {
+		win.mu.Unlock()
+		err = win.locks.Lock(target, typ == Exclusive)
+		win.mu.Lock()
+	}
+	win.leave(&tr, err == nil)
+	if err != nil {
+		return win.wrapf(err, "Lock(%d, %v)", target, typ)
 	}
 	return nil
 }
@@ -380,21 +314,9 @@ func (win *Window[T]) Unlock(target int) error {
 	if err := win.syncCheck("Unlock", target); err != nil {
 		return err
 	}
-	st := win.ep.lock[target]
-	switch st {
-	case lockNone:
-		return win.errf(ErrNotLocked, "Unlock(%d) without a lock on rank %d (call Lock(%d) first)", target, target, target)
-	case lockLocking:
-		return win.errf(ErrNotLocked, "Unlock(%d) while another goroutine's Lock(%d) has not returned", target, target)
-	case lockUnlocking:
-		return win.errf(ErrNotLocked, "Unlock(%d) while another goroutine is unlocking rank %d", target, target)
-	}
-	win.ep.lock[target] = lockUnlocking
-	var deadline time.Time
-	if err := win.waitInflight(target, &deadline); err != nil {
-		win.ep.lock[target] = st // still held: Unlock may be called again
-		win.changedState()
-		return win.wrapf(err, "Unlock(%d) waiting for accumulates to rank %d to finish", target, target)
+	tr := transition{kind: kindUnlock, target: target}
+	if err := win.enter(&tr); err != nil {
+		return err
 	}
 	// The release atomic follows this rank's puts to target down the same
 	// queue pair, which executes them in order, and its completion (which
@@ -403,24 +325,23 @@ func (win *Window[T]) Unlock(target int) error {
 	// (IB orders them before later requests only with a fence), and a
 	// writer let in by the release would tear it. A NoCheck lock has no
 	// atomic to wait for.
-	flush := win.noCheckLock[target] || win.reads[target]
+	noCheck := win.ep.noCheck[target]
+	flush := noCheck || win.reads[target]
 	win.reads[target] = false
 	win.mu.Unlock()
 	var err error
 	if flush {
 		err = win.w.f.Flush(target)
 	}
-	if err == nil {
-		err = win.locks.Unlock(target, st == lockExclusive)
+	if err == nil && !noCheck {
+		err = win.locks.Unlock(target, tr.from == openExcl)
 	}
 	if err == nil {
 		err = win.w.drainStage()
 	}
 	win.mu.Lock()
-	win.ep.lock[target] = lockNone
-	win.ep.nlocks--
+	win.leave(&tr, err == nil)
 	win.ops = win.ep.nlocks > 0 && win.ops
-	win.changedState()
 	if err != nil {
 		return win.wrapf(err, "Unlock(%d)", target)
 	}
@@ -435,36 +356,20 @@ func (win *Window[T]) Unlock(target int) error {
 func (win *Window[T]) LockAll(assert Assert) error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	var deadline time.Time
-	for {
-		if err := win.liveLocked("LockAll"); err != nil {
-			return err
-		}
-		if err := win.lockCheck("LockAll"); err != nil {
-			return err
-		}
-		if win.ep.lockAll == lockNone && win.ep.nlocks == 0 {
-			break
-		}
-		what := win.ep.open()
-		if err := win.waitChange(&deadline); err != nil {
-			return win.wrapf(err, "LockAll waited while %s (by another goroutine, or by this one)", what)
-		}
+	tr := transition{kind: kindLockAll, assert: assert}
+	if err := win.enter(&tr); err != nil {
+		return err
 	}
-	win.ep.lockAll = lockLocking
-	lockAll := win.locks.LockAll
-	if assert&NoCheck != 0 {
-		lockAll = win.locks.LockAllNoCheck
+	var err error
+	if assert&NoCheck == 0 {
+		win.mu.Unlock()
+		err = win.locks.LockAll()
+		win.mu.Lock()
 	}
-	win.mu.Unlock()
-	err := lockAll()
-	win.mu.Lock()
+	win.leave(&tr, err == nil)
 	if err != nil {
-		win.ep.lockAll = lockNone
-		win.changedState()
 		return win.wrapf(err, "LockAll")
 	}
-	win.ep.lockAll = lockShared
 	return nil
 }
 
@@ -473,34 +378,20 @@ func (win *Window[T]) LockAll(assert Assert) error {
 func (win *Window[T]) UnlockAll() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.liveLocked("UnlockAll"); err != nil {
+	tr := transition{kind: kindUnlockAll}
+	if err := win.enter(&tr); err != nil {
 		return err
 	}
-	switch win.ep.lockAll {
-	case lockNone:
-		return win.errf(ErrNotLocked, "UnlockAll without LockAll (call LockAll first)")
-	case lockLocking:
-		return win.errf(ErrNotLocked, "UnlockAll while another goroutine's LockAll has not returned")
-	case lockUnlocking:
-		return win.errf(ErrNotLocked, "UnlockAll while another goroutine's UnlockAll is running")
-	}
-	win.ep.lockAll = lockUnlocking
-	var deadline time.Time
-	if err := win.waitInflight(-1, &deadline); err != nil {
-		win.ep.lockAll = lockShared // still held: UnlockAll may be called again
-		win.changedState()
-		return win.wrapf(err, "UnlockAll waiting for accumulates to finish")
-	}
+	noCheck := win.ep.noCheck[len(win.ep.lock)]
 	clear(win.reads)
 	win.mu.Unlock()
 	err := win.completeTo(-1)
-	if err == nil {
+	if err == nil && !noCheck {
 		err = win.locks.UnlockAll()
 	}
 	win.mu.Lock()
-	win.ep.lockAll = lockNone
+	win.leave(&tr, err == nil)
 	win.ops = false
-	win.changedState()
 	if err != nil {
 		return win.wrapf(err, "UnlockAll")
 	}
@@ -546,34 +437,20 @@ func (win *Window[T]) Post(group []int, assert Assert) error {
 	if err := win.checkGroup("Post", group); err != nil {
 		return err
 	}
-	var deadline time.Time
-	for {
-		if err := win.liveLocked("Post"); err != nil {
-			return err
-		}
-		if win.ep.fence != fenceNone {
-			return win.errf(ErrEpochConflict, "Post inside a fence epoch (end it with Fence(NoSucceed) first)")
-		}
-		if win.ep.exposure == sideNone {
-			break
-		}
-		if err := win.waitChange(&deadline); err != nil {
-			return win.wrapf(err, "Post waited for the open exposure epoch to end (call Wait; a second Post needs the first one's Wait)")
-		}
+	tr := transition{kind: kindPost, group: group, assert: assert}
+	if err := win.enter(&tr); err != nil {
+		return err
 	}
-	win.ep.exposure = sideOpening
-	post := win.pscw.Post
-	if assert&NoCheck != 0 {
-		post = win.pscw.PostNoCheck
-	}
+	p := win.pscw
 	win.mu.Unlock()
-	err := post(group)
-	win.mu.Lock()
-	win.ep.exposure = sideOpen
-	if err != nil {
-		win.ep.exposure = sideNone
+	var err error
+	if assert&NoCheck != 0 {
+		err = p.PostNoCheck(group)
+	} else {
+		err = p.Post(group)
 	}
-	win.changedState()
+	win.mu.Lock()
+	win.leave(&tr, err == nil)
 	if err != nil {
 		return win.wrapf(err, "Post(%v)", group)
 	}
@@ -592,40 +469,22 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 	if err := win.checkGroup("Start", group); err != nil {
 		return err
 	}
-	var deadline time.Time
-	for {
-		if err := win.liveLocked("Start"); err != nil {
-			return err
-		}
-		switch {
-		case win.ep.fence != fenceNone:
-			return win.errf(ErrEpochConflict, "Start inside a fence epoch (end it with Fence(NoSucceed) first)")
-		case win.ep.lockAll != lockNone || win.ep.nlocks > 0:
-			return win.errf(ErrEpochConflict, "Start while %s", win.ep.open())
-		}
-		if win.ep.access == sideNone {
-			break
-		}
-		if err := win.waitChange(&deadline); err != nil {
-			return win.wrapf(err, "Start(%v) waited for the open access epoch to end (call Complete; a second Start needs the first one's Complete)", group)
-		}
+	tr := transition{kind: kindStart, group: group, assert: assert}
+	if err := win.enter(&tr); err != nil {
+		return err
 	}
-	win.ep.access = sideOpening
-	start := win.pscw.Start
-	if assert&NoCheck != 0 {
-		start = win.pscw.StartNoCheck
-	}
+	p := win.pscw
 	win.mu.Unlock()
-	err := start(group)
-	win.mu.Lock()
-	if err != nil {
-		win.ep.access = sideNone
-		win.changedState()
-		return win.wrapf(err, "Start(%v)", group)
+	var err error
+	if assert&NoCheck != 0 {
+		err = p.StartNoCheck(group)
+	} else {
+		err = p.Start(group)
 	}
-	win.ep.access = sideOpen
-	for _, r := range group {
-		win.ep.started[r] = true
+	win.mu.Lock()
+	win.leave(&tr, err == nil)
+	if err != nil {
+		return win.wrapf(err, "Start(%v)", group)
 	}
 	return nil
 }
@@ -638,24 +497,9 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 func (win *Window[T]) Complete() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.liveLocked("Complete"); err != nil {
+	tr := transition{kind: kindComplete}
+	if err := win.enter(&tr); err != nil {
 		return err
-	}
-	switch win.ep.access {
-	case sideNone:
-		return win.errf(ErrNotStarted, "Complete without an access epoch (call Start first)")
-	case sideOpening:
-		return win.errf(ErrNotStarted, "Complete while another goroutine's Start has not returned")
-	case sideClosing:
-		return win.errf(ErrNotStarted, "Complete while another goroutine's Complete is running")
-	}
-	win.ep.access = sideClosing
-	p := win.pscw
-	var deadline time.Time
-	if err := win.waitInflight(-1, &deadline); err != nil {
-		win.ep.access = sideOpen // still open: Complete may be called again
-		win.changedState()
-		return win.wrapf(err, "Complete waiting for accumulates to finish")
 	}
 	// Gets and atomics must be complete here; puts are ordered before the
 	// completion atomic by the queue pair.
@@ -666,6 +510,7 @@ func (win *Window[T]) Complete() error {
 			win.reads[r] = false
 		}
 	}
+	p := win.pscw
 	win.mu.Unlock()
 	var err error
 	for _, r := range win.cflush {
@@ -680,11 +525,9 @@ func (win *Window[T]) Complete() error {
 		err = p.Complete()
 	}
 	win.mu.Lock()
-	win.ep.access = sideNone
-	clear(win.ep.started)
+	win.leave(&tr, err == nil)
 	win.ops = false
 	win.puts = false
-	win.changedState()
 	if err != nil {
 		return win.wrapf(err, "Complete")
 	}
@@ -696,42 +539,22 @@ func (win *Window[T]) Complete() error {
 // access epoch, and their puts are in Local. It waits without blocking the
 // window's other calls (another goroutine's Start, Complete or
 // operations). ErrNotPosted without an open exposure epoch, or while
-// another goroutine's Post has not returned or its Wait is running.
+// another goroutine's Post has not returned or its Wait is running. A Wait
+// that fails (times out) leaves the epoch open.
 func (win *Window[T]) Wait() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if err := win.exposureCheck("Wait"); err != nil {
+	tr := transition{kind: kindWait}
+	if err := win.enter(&tr); err != nil {
 		return err
 	}
-	win.ep.exposure = sideClosing
 	p := win.pscw
 	win.mu.Unlock()
 	err := p.Wait()
 	win.mu.Lock()
-	win.ep.exposure = sideNone
-	if err != nil {
-		win.ep.exposure = sideOpen // a Wait that timed out leaves the epoch open
-	}
-	win.changedState()
+	win.leave(&tr, err == nil)
 	if err != nil {
 		return win.wrapf(err, "Wait")
-	}
-	return nil
-}
-
-// exposureCheck: an exposure epoch is open and no other goroutine is
-// opening or ending it; win.mu held.
-func (win *Window[T]) exposureCheck(call string) error {
-	if err := win.liveLocked(call); err != nil {
-		return err
-	}
-	switch win.ep.exposure {
-	case sideNone:
-		return win.errf(ErrNotPosted, "%s without an exposure epoch (call Post first)", call)
-	case sideOpening:
-		return win.errf(ErrNotPosted, "%s while another goroutine's Post has not returned", call)
-	case sideClosing:
-		return win.errf(ErrNotPosted, "%s while another goroutine's Wait is running", call)
 	}
 	return nil
 }
@@ -742,21 +565,19 @@ func (win *Window[T]) exposureCheck(call string) error {
 func (win *Window[T]) Test() (bool, error) {
 	win.mu.Lock()
 	defer win.mu.Unlock()
-	if win.ep.exposure == sideClosing && !win.freed && !win.ep.freeing {
+	if win.ep.exposure == closing && !win.freed && !win.ep.freeing {
 		return false, nil
 	}
-	if err := win.exposureCheck("Test"); err != nil {
+	tr := transition{kind: kindTest}
+	if err := win.enter(&tr); err != nil {
 		return false, err
 	}
-	// pscw.Test does not wait: it checks a local word and polls the
-	// fabric once.
+	// pscw.Test does not wait: it checks local words and polls the fabric
+	// once, so it runs under win.mu.
 	done, err := win.pscw.Test()
+	win.leave(&tr, err == nil && done)
 	if err != nil {
 		return false, win.wrapf(err, "Test")
-	}
-	if done {
-		win.ep.exposure = sideNone
-		win.changedState()
 	}
 	return done, nil
 }

@@ -89,17 +89,16 @@ type Window[T Number] struct {
 
 	// mu guards the fields below. It is held for a state transition or to
 	// post an operation, never while waiting for a peer (see epochs).
-	mu          sync.Mutex
-	ep          epochs
-	changed     chan struct{} // closed when ep changes, if a goroutine waits for that (waitChange)
-	ops         bool          // operations issued since the last synchronization
-	puts        bool          // puts issued since the last synchronization
-	reads       []bool        // per rank: reads or atomics to flush at the next synchronization
-	inGroup     []bool        // per rank: checkGroup's scratch, all false between calls
-	flushes     []int         // scratch for the fence
-	cflush      []int         // scratch for Complete
-	noCheckLock []bool        // per target: the lock was taken with NoCheck
-	freed       bool
+	mu      sync.Mutex
+	ep      epochs
+	changed chan struct{} // closed when ep changes, if a goroutine waits for that (waitChange)
+	ops     bool          // operations issued since the last synchronization
+	puts    bool          // puts issued since the last synchronization
+	reads   []bool        // per rank: reads or atomics to flush at the next synchronization
+	inGroup []bool        // per rank: checkGroup's scratch, all false between calls
+	flushes []int         // scratch for the fence
+	cflush  []int         // scratch for Complete
+	freed   bool
 }
 
 // remoteWindow is another rank's window, as the creation allgather told.
@@ -266,7 +265,6 @@ func (win *Window[T]) setup(failed error) error {
 	win.fence = fence.New(w.f, win.id)
 	win.reads = make([]bool, size)
 	win.inGroup = make([]bool, size)
-	win.noCheckLock = make([]bool, size)
 	win.ep.init(size)
 	if win.ctrl, err = control.New(w.f); err != nil {
 		win.release()
@@ -375,15 +373,8 @@ func (win *Window[T]) Free() error {
 	if err := win.liveLocked("Free"); err != nil {
 		return err
 	}
-	switch e := win.ep.open(); {
-	case e != "":
-		return win.errf(ErrEpochOpen, "Free while %s", e)
-	case win.ep.fence == fenceRunning:
-		return win.errf(ErrEpochOpen, "Free while a Fence is running (Free and Fence are collective: call them from one goroutine of each rank)")
-	case win.ep.ninflight > 0:
-		return win.errf(ErrEpochOpen, "Free while other goroutines' accumulates are running")
-	case win.ops:
-		return win.errf(ErrEpochOpen, "Free after operations that no synchronization completed yet (call Fence(NoSucceed) first)")
+	if err := win.freeCheck(); err != nil {
+		return err
 	}
 	if err := win.w.check(); err != nil {
 		return err

@@ -1,27 +1,11 @@
-// Package fence is the fence synchronization protocol of rmago windows
-// (MPI_Win_fence), built on the fabric's own operations.
+// Package fence is the fence synchronization of rmago windows
+// (MPI_Win_fence): one or two rounds of notifications among all ranks
+// (zero-length RDMA writes with immediate data), each following the
+// rank's puts down the same queue pairs. Protocol and costs:
+// docs/sync-protocols.md.
 //
-// A fence completes every operation issued on the window since the last
-// fence, on every rank, then opens the next epoch:
-//  1. reads and atomics this rank issued are flushed (waited for), so their
-//     results are in local memory and the targets are done reading;
-//  2. round one: each rank sends every other rank a notification (an RDMA
-//     write with immediate data tagged with the window, the round's parity
-//     and whether this rank put anything this epoch) and waits for one from
-//     each. A notification travels down the same reliable-connected queue
-//     pair as the puts before it, and RC executes requests in order, so
-//     after round one every rank has received every put addressed to it;
-//  3. round two, only if some rank put something and the job has three
-//     ranks or more: the same exchange again, so that every rank knows every
-//     other rank's memory is complete before it accesses it (a Get in the
-//     next epoch must see the puts of this one, and a put in the next epoch
-//     must land after them). With two ranks no third party exists: a rank's
-//     own later requests to its peer follow its puts down the same queue
-//     pair, its puts to itself were flushed, and the peer has seen every put
-//     to it after round one.
-//
-// A fence thus costs one round of notifications with no puts and two with
-// them, one round trip in all, and never waits for put acknowledgements.
+// It keeps no epoch state: package rma's state machine runs one Sync at a
+// time per window, once the epoch's operations have been issued.
 package fence
 
 import "github.com/rmago/rmago/transport"
@@ -29,7 +13,7 @@ import "github.com/rmago/rmago/transport"
 // putBit marks a round-one notification from a rank that put data.
 const putBit = 2
 
-// Fence is one window's fence state.
+// Fence is one window's fence protocol: its id and its rounds so far.
 type Fence struct {
 	f     *transport.Fabric
 	id    uint16
@@ -40,9 +24,7 @@ type Fence struct {
 func New(f *transport.Fabric, id uint16) *Fence { return &Fence{f: f, id: id} }
 
 // Sync runs one fence. flush lists the ranks with reads or atomics to
-// complete; put says whether this rank put data since the last fence. It
-// must not run concurrently with itself on one Fence (package rma refuses
-// a second goroutine's Fence while one runs).
+// complete; put says whether this rank put data since the last fence.
 func (x *Fence) Sync(flush []int, put bool) error {
 	for _, r := range flush {
 		if err := x.f.Flush(r); err != nil {

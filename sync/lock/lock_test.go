@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
 )
 
@@ -262,105 +261,6 @@ func TestExclusiveExcludesLockAll(t *testing.T) {
 	})
 }
 
-// TestMisuse: every misuse returns its sentinel and leaves the state
-// usable.
-func TestMisuse(t *testing.T) {
-	runJob(t, 2, jobOpts{}, func(r *rank) error {
-		l := New(r.C)
-		other := 1 - r.Me()
-		expect := func(err, want error, what string) error {
-			if !errors.Is(err, want) {
-				return fmt.Errorf("%s: %v, want %v", what, err, want)
-			}
-			return nil
-		}
-		steps := []func() error{
-			func() error { return expect(l.Unlock(other, false), ErrNotLocked, "unlock without lock") },
-			func() error { return expect(l.UnlockAll(), ErrNotLocked, "unlock_all without lock_all") },
-			func() error { return expect(l.Lock(2, false), ErrRank, "lock of rank 2") },
-			func() error { return expect(l.Lock(-1, true), ErrRank, "lock of rank -1") },
-			func() error { return expect(l.Unlock(7, true), ErrRank, "unlock of rank 7") },
-			func() error { return l.Lock(other, false) },
-			func() error { return expect(l.Lock(other, false), ErrLocked, "second shared lock") },
-			func() error { return expect(l.Lock(other, true), ErrLocked, "exclusive over shared") },
-			func() error { return expect(l.LockAll(), ErrLocked, "lock_all while locked") },
-			func() error { return expect(l.Unlock(other, true), ErrNotLocked, "unlock in the wrong mode") },
-			func() error {
-				if h, x := l.Held(other); !h || x {
-					return fmt.Errorf("Held = %v, %v; want shared", h, x)
-				}
-				return nil
-			},
-			func() error { return l.Unlock(other, false) },
-			func() error { return expect(l.Unlock(other, false), ErrNotLocked, "second unlock") },
-			func() error { return l.LockAll() },
-			func() error { return expect(l.LockAll(), ErrLocked, "second lock_all") },
-			func() error { return expect(l.Lock(r.Me(), true), ErrLocked, "lock while lock_all") },
-			func() error { return expect(l.Unlock(r.Me(), false), ErrNotLocked, "unlock while lock_all") },
-			func() error { return l.UnlockAll() },
-			// Still usable: an exclusive lock on each in turn.
-			func() error { return r.F.Barrier() },
-			func() error { return l.Lock(0, true) },
-			func() error { return l.Unlock(0, true) },
-			func() error { return r.F.Barrier() },
-		}
-		for i, s := range steps {
-			if err := s(); err != nil {
-				return fmt.Errorf("step %d: %w", i, err)
-			}
-		}
-		if r.C.Load(control.Lock) != 0 {
-			return fmt.Errorf("lock word %#x after misuse", r.C.Load(control.Lock))
-		}
-		return nil
-	})
-}
-
-// TestNoCheck: NoCheck locks record the epoch without touching the words.
-func TestNoCheck(t *testing.T) {
-	runJob(t, 2, jobOpts{}, func(r *rank) error {
-		l := New(r.C)
-		if r.Me() == 1 {
-			if err := l.LockNoCheck(0, true); err != nil {
-				return err
-			}
-			if h, x := l.Held(0); !h || !x {
-				return fmt.Errorf("Held after LockNoCheck = %v, %v", h, x)
-			}
-			if err := l.Lock(0, false); !errors.Is(err, ErrLocked) {
-				return fmt.Errorf("lock over a NoCheck lock: %v", err)
-			}
-		}
-		if err := r.F.Barrier(); err != nil {
-			return err
-		}
-		if r.Me() == 0 {
-			// The words are untouched: a real lock is free.
-			if v := r.C.Load(control.Lock); v != 0 {
-				return fmt.Errorf("lock word %#x under a NoCheck lock", v)
-			}
-		}
-		if err := r.F.Barrier(); err != nil {
-			return err
-		}
-		if r.Me() == 1 {
-			if err := l.Unlock(0, true); err != nil {
-				return err
-			}
-			if err := l.LockAllNoCheck(); err != nil {
-				return err
-			}
-			if !l.HeldAll() {
-				return fmt.Errorf("HeldAll after LockAllNoCheck")
-			}
-			if err := l.UnlockAll(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
 // TestDeadHolder: the holder of an exclusive lock closes its fabric; a
 // waiting Lock and LockAll fail within the fabric's timeout instead of
 // hanging.
@@ -403,11 +303,6 @@ func TestDeadHolder(t *testing.T) {
 			return fmt.Errorf("gave up after %v (timeout %v)", took, timeout)
 		}
 		t.Logf("rank %d: gave up after %v: %v", r.Me(), took.Round(time.Millisecond), err)
-		// The failed attempt left the state usable: the same lock can be
-		// tried again (and fails again).
-		if h, _ := l.Held(0); h || l.HeldAll() {
-			return fmt.Errorf("failed lock recorded as held")
-		}
 		return nil
 	})
 }
@@ -458,12 +353,14 @@ func TestNoAllocs(t *testing.T) {
 // TestGoroutines: one Locks driven by several goroutines of each rank, each
 // incrementing the counter of a different target under exclusive locks,
 // while another goroutine takes shared locks everywhere. A lock belongs to
-// the rank, not the goroutine: a goroutine's lock of a target another
-// goroutine of the rank holds fails with ErrLocked.
+// the rank, not the goroutine: as package rma does, a per-target mutex
+// keeps a goroutine from locking a target another goroutine of the rank
+// locks or holds (the protocol allows one call per target at a time).
 func TestGoroutines(t *testing.T) {
 	const n, k = 3, 15
 	runJob(t, n, jobOpts{}, func(r *rank) error {
 		l := New(r.C)
+		var mine [n]sync.Mutex // per target: this rank's lock of it
 		errs := make([]error, n+1)
 		var wg sync.WaitGroup
 		for g := range n {
@@ -472,29 +369,22 @@ func TestGoroutines(t *testing.T) {
 				defer wg.Done()
 				stage := stageOff + 64*g
 				for range k {
+					mine[g].Lock()
 					err := l.Lock(g, true)
-					for errors.Is(err, ErrLocked) {
-						// The shared-lock goroutine of this rank holds g.
-						runtime.Gosched()
-						err = l.Lock(g, true)
+					if err == nil {
+						err = r.Read(g, 0, stage, 8)
 					}
+					if err == nil {
+						err = r.Write(g, 0, stage+8, r.U64(stage)+1)
+					}
+					if err == nil {
+						err = r.F.Flush(g)
+					}
+					if err == nil {
+						err = l.Unlock(g, true)
+					}
+					mine[g].Unlock()
 					if err != nil {
-						errs[g] = err
-						return
-					}
-					if err := r.Read(g, 0, stage, 8); err != nil {
-						errs[g] = err
-						return
-					}
-					if err := r.Write(g, 0, stage+8, r.U64(stage)+1); err != nil {
-						errs[g] = err
-						return
-					}
-					if err := r.F.Flush(g); err != nil {
-						errs[g] = err
-						return
-					}
-					if err := l.Unlock(g, true); err != nil {
 						errs[g] = err
 						return
 					}
@@ -504,18 +394,19 @@ func TestGoroutines(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// The same rank cannot lock a target twice: shared locks of
-			// targets the other goroutines may hold fail with ErrLocked
-			// and leave their locks alone.
+			// Shared locks of targets the other goroutines may hold are
+			// skipped, and leave their locks alone.
 			for i := range 4 * k {
 				tg := i % n
-				err := l.Lock(tg, false)
-				if errors.Is(err, ErrLocked) {
+				if !mine[tg].TryLock() {
+					runtime.Gosched()
 					continue
 				}
+				err := l.Lock(tg, false)
 				if err == nil {
 					err = l.Unlock(tg, false)
 				}
+				mine[tg].Unlock()
 				if err != nil {
 					errs[n] = err
 					return

@@ -7,9 +7,9 @@ import (
 )
 
 // slot is the pair of result words, and the work request, of the one
-// operation at a time on one target (or on lock_all): a target's state
-// (stAcquiring, held) keeps a second operation on it away, so that
-// operations on different targets run concurrently without sharing them.
+// operation at a time on one target (or on lock_all): package rma's state
+// machine keeps a second operation on it away, so that operations on
+// different targets run concurrently without sharing them.
 type slot struct {
 	l      *Locks
 	word   int           // control index of the first result word

@@ -92,7 +92,7 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 // or waits, it gives the target back and waits at the Global word first;
 // then, if the target was not free, it waits at the target as a writer.
 //
-// joined: this rank already holds an exclusive lock and lock (under its
+// joined: this rank already holds an exclusive lock and Lock (under its
 // mutex) posted the Global arrival as seqG; it is admitted whatever the
 // word says.
 func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uint64) error {

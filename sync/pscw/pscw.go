@@ -1,107 +1,15 @@
 // Package pscw is the post-start-complete-wait (generalized active target)
 // synchronization of rmago windows (MPI_Win_post, MPI_Win_start,
-// MPI_Win_complete, MPI_Win_wait, MPI_Win_test), built on remote atomics on
-// the window's control region (package sync/control). A rank only ever
-// polls its own words; peers change them through the NIC.
+// MPI_Win_complete, MPI_Win_wait, MPI_Win_test): counters on the window's
+// control region (package sync/control) that only grow, changed by remote
+// fetch-and-adds; a rank only polls its own words.
+// Words, protocol, costs, waiting, failures: docs/sync-protocols.md.
 //
-// # Words
-//
-// On every rank T, in T's control region:
-//
-//   - PostBase+O counts the exposure epochs T was granted by rank O: O adds
-//     1 there when it posts a group containing T;
-//   - CompleteFrom(O) counts the access epochs to T that O ended: O adds 1
-//     there when it completes. Counting per origin (one word per rank, as
-//     for posts) lets a Wait that times out name the ranks that did not
-//     complete.
-//
-// Both only grow, so no epoch ever resets a word and consecutive epochs
-// cannot be confused: each rank counts, per target, the Starts it made
-// toward it, and, per origin, the groups it posted that contained it.
-//
-// # Protocol
-//
-//   - Post(group) on T: for each O in group, fetch-add O.PostBase+T += 1.
-//     Post does not wait for the atomics: it returns once they are posted.
-//     Their effect is proven by the completions Wait counts (an origin
-//     cannot complete before it saw the post), and a failure of O's
-//     connection surfaces in Wait or Test. T then expects one more
-//     completion from each O in group.
-//   - Start(group) on O: for each T in group, wait until O's own word
-//     PostBase+T exceeds the number of Starts O already made toward T, then
-//     count this one. Only local memory is polled (transport.LocalWait).
-//   - Complete on O: for each T of the access epoch, fetch-add
-//     T.CompleteFrom(O) += 1, posted behind O's puts to T on the same reliable
-//     queue pair, so executed after them; all are posted before any is
-//     awaited, and Complete returns when all have completed, or at once
-//     when the provider takes payloads at post time
-//     (DeviceAttr.PostCopiesPayload, the soft provider: the puts are then
-//     locally complete, and the targets' Wait counts the atomics).
-//   - Wait on T: wait until, for each O of the posted group, T's own word
-//     CompleteFrom(O) reaches the number of T's groups that contained O
-//     (checking only the origins not yet seen complete). Test is the same
-//     check, once. A wait that times out names the origins not heard
-//     from; a Start that times out names the ranks that did not post.
-//
-// # Costs
-//
-//	Post(k ranks)   k atomics, not awaited (0 round trips)
-//	Start           0 atomics (local polling)
-//	Complete(k)     k atomics, 1 round trip (all in flight together; 0 on soft)
-//	Wait, Test      0 atomics (local polling of k words, fewer as they arrive)
-//
-// Every Complete atomic is a signalled request, so its own completion tells
-// the fabric's Wait it is done without an extra flush request.
-//
-// # Waiting
-//
-// Start and Wait poll local words, sleeping between polls: 1 µs at first,
-// doubling up to 1 ms (Go stretches the short sleeps to a few tens of
-// microseconds). They sleep rather than spin with runtime.Gosched: a
-// goroutine that only yields keeps its processor away from the network
-// poller, which with the soft provider starves the very socket reads that
-// would change the word (an in-process 2-rank epoch took ~1.8 ms with a
-// yielding poll, ~0.14 ms with sleeps). Each poll also checks
-// the connections to the ranks waited for and makes progress on the
-// fabric's completion queue, so that a peer that dies abruptly (its
-// connection breaks) fails the wait at once with that connection's error.
-// A peer that ends in order, or simply never posts or completes, fails the
-// wait after the fabric's timeout (transport.Fabric.Timeout) with an error
-// wrapping transport.ErrTimeout. After a timeout the epoch is as before the
-// call: a Start that timed out opened nothing and can be called again, a
-// Wait that timed out leaves the exposure epoch open.
-//
-// # NoCheck
-//
-// PostNoCheck and StartNoCheck (MPI_MODE_NOCHECK) skip the handshake: the
-// program guarantees that each matching Start happens after the Post has
-// completed everywhere it matters (by some other synchronization). The
-// post atomics are skipped and so is the wait for them, and the counters
-// stay in step only if the assertion is used on both sides of every
-// matching pair, as MPI requires: a PostNoCheck must be matched by
-// StartNoCheck calls and vice versa. Complete and Wait are unchanged.
-//
-// # What the caller does
-//
-// Before Complete the caller completes (flushes) its gets and fetching
-// atomics to the group: the target may reuse its memory as soon as Wait
-// returns, and Complete's atomic is ordered only behind requests on the
-// same queue pair, which covers puts (RC executes them in order at the
-// target) but not a read's response on its way back. Puts need no flush.
-// Wait returning means every put of the group's origins is in this rank's
-// memory.
-//
-// # Concurrency and errors
-//
-// The exposure side (Post, Wait, Test) and the access side (Start,
-// Complete) keep separate state and may be driven by two goroutines at
-// once; calls of one side must not run concurrently. Package rma ensures
-// both for a window used by many goroutines: each side has one epoch at a
-// time, opened and closed under the window's state machine, and its calls
-// run without the window's mutex, so that a Wait or a Start blocking here
-// never keeps another goroutine's Complete or Post (which peers may be
-// waiting for) from running. Misuse (ErrNotStarted,
-// ErrNotPosted, ErrEpochOpen, ErrGroup) changes nothing. A fabric error
+// The package keeps no epoch state: package rma's state machine calls Post
+// and Start only while that side has no epoch, Complete only after a Start
+// that succeeded, Wait and Test only after a Post, and never two calls of
+// one side at once; the exposure side (Post, Wait, Test) and the access
+// side (Start, Complete) may run in two goroutines at once. A fabric error
 // during Post or Complete leaves the counters undefined (the job is
 // expected to end, as MPI's errors are fatal by default).
 //
@@ -118,20 +26,8 @@ import (
 	"github.com/rmago/rmago/transport"
 )
 
-// Misuse errors, errors.Is-able. They leave the state unchanged.
-var (
-	// ErrNotStarted: Complete without an access epoch (Start).
-	ErrNotStarted = errors.New("pscw: no access epoch (complete without start)")
-	// ErrNotPosted: Wait or Test without an exposure epoch (Post).
-	ErrNotPosted = errors.New("pscw: no exposure epoch (wait without post)")
-	// ErrEpochOpen: Post while an exposure epoch is open, or Start while an
-	// access epoch is open.
-	ErrEpochOpen = errors.New("pscw: epoch already open")
-	// ErrGroup: a group names a rank out of range or a rank twice.
-	ErrGroup = errors.New("pscw: bad group")
-	// ErrClosed: the PSCW was closed.
-	ErrClosed = errors.New("pscw: closed")
-)
+// ErrClosed means the PSCW was closed.
+var ErrClosed = errors.New("pscw: closed")
 
 // PSCW is one window's post-start-complete-wait state on this rank.
 type PSCW struct {
@@ -145,22 +41,16 @@ type PSCW struct {
 	land *transport.Region
 
 	// Exposure side.
-	posted   bool
 	exposure []int    // the open epoch's group
 	missing  []int    // ranks of exposure whose completion has not arrived
 	expected []uint64 // per origin: completions expected by the end of the open epoch
 	postSeq  []uint64 // per rank: the last post atomic's sequence number
-	markE    []uint32 // group validation
-	stampE   uint32
 
 	// Access side.
-	started bool
 	access  []int    // the open epoch's group
 	starts  []uint64 // per target: checked Starts so far
 	pending []int    // targets Start still waits for
 	seqs    []uint64 // Complete: sequence numbers, by index in access
-	markA   []uint32
-	stampA  uint32
 }
 
 // New returns the PSCW protocol of the window whose control region is c.
@@ -170,10 +60,8 @@ func New(c *control.Region) *PSCW {
 	n := c.F.Size()
 	p := &PSCW{
 		c: c, f: c.F, me: c.F.Rank(), size: n,
-		exposure: make([]int, 0, n), missing: make([]int, 0, n), expected: make([]uint64, n),
-		postSeq: make([]uint64, n), markE: make([]uint32, n),
-		access: make([]int, 0, n), starts: make([]uint64, n), pending: make([]int, 0, n),
-		seqs: make([]uint64, n), markA: make([]uint32, n),
+		exposure: make([]int, 0, n), missing: make([]int, 0, n), expected: make([]uint64, n), postSeq: make([]uint64, n),
+		access: make([]int, 0, n), starts: make([]uint64, n), pending: make([]int, 0, n), seqs: make([]uint64, n),
 	}
 	land, err := c.F.AllocRegion(8*n, transport.LocalOnly)
 	if err != nil {
@@ -225,12 +113,6 @@ func (p *PSCW) post(group []int, noCheck bool) error {
 	if p.err != nil {
 		return p.err
 	}
-	if p.posted {
-		return fmt.Errorf("%w: post while an exposure epoch is open", ErrEpochOpen)
-	}
-	if err := checkGroup(group, p.size, p.markE, &p.stampE); err != nil {
-		return err
-	}
 	if !noCheck {
 		for _, o := range group {
 			seq, err := p.f.FetchAdd(o, p.landAt(o), p.c.RemoteAt(o, control.PostBase+p.me), 1)
@@ -245,7 +127,6 @@ func (p *PSCW) post(group []int, noCheck bool) error {
 	for _, o := range group {
 		p.expected[o]++
 	}
-	p.posted = true
 	return nil
 }
 
@@ -263,12 +144,6 @@ func (p *PSCW) StartNoCheck(group []int) error { return p.start(group, true) }
 func (p *PSCW) start(group []int, noCheck bool) error {
 	if p.err != nil {
 		return p.err
-	}
-	if p.started {
-		return fmt.Errorf("%w: start while an access epoch is open", ErrEpochOpen)
-	}
-	if err := checkGroup(group, p.size, p.markA, &p.stampA); err != nil {
-		return err
 	}
 	if !noCheck {
 		p.pending = p.pending[:0]
@@ -303,7 +178,6 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 		}
 	}
 	p.access = append(p.access[:0], group...)
-	p.started = true
 	return nil
 }
 
@@ -322,10 +196,6 @@ func (p *PSCW) Complete() error {
 	if p.err != nil {
 		return p.err
 	}
-	if !p.started {
-		return ErrNotStarted
-	}
-	p.started = false
 	var err error
 	n := 0
 	for i, t := range p.access {
@@ -360,9 +230,6 @@ func (p *PSCW) Wait() error {
 	if p.err != nil {
 		return p.err
 	}
-	if !p.posted {
-		return ErrNotPosted
-	}
 	b := p.f.NewLocalWait()
 	defer b.Done()
 	for !p.done() {
@@ -377,7 +244,6 @@ func (p *PSCW) Wait() error {
 				transport.ErrTimeout, p.f.Timeout(), len(p.exposure)-len(p.missing), len(p.exposure), transport.RankList(p.missing))
 		}
 	}
-	p.posted = false
 	return nil
 }
 
@@ -388,9 +254,6 @@ func (p *PSCW) Test() (bool, error) {
 	if p.err != nil {
 		return false, p.err
 	}
-	if !p.posted {
-		return false, ErrNotPosted
-	}
 	if !p.done() {
 		p.progress()
 		if err := p.exposureFailed(); err != nil {
@@ -400,7 +263,6 @@ func (p *PSCW) Test() (bool, error) {
 			return false, nil
 		}
 	}
-	p.posted = false
 	return true, nil
 }
 
@@ -458,27 +320,4 @@ func (p *PSCW) groupFailed(missing, group []int) error {
 func (p *PSCW) progress() {
 	p.f.Progress()
 	p.f.EndProgress() // one step: Test does not wait
-}
-
-// checkGroup validates a group: ranks in [0, size), none twice. mark and
-// stamp make the duplicate check allocation-free.
-func checkGroup(group []int, size int, mark []uint32, stamp *uint32) error {
-	if len(group) > size {
-		return fmt.Errorf("%w: %d ranks in a job of %d", ErrGroup, len(group), size)
-	}
-	*stamp++
-	if *stamp == 0 {
-		clear(mark)
-		*stamp = 1
-	}
-	for _, r := range group {
-		if r < 0 || r >= size {
-			return fmt.Errorf("%w: rank %d out of range [0, %d)", ErrGroup, r, size)
-		}
-		if mark[r] == *stamp {
-			return fmt.Errorf("%w: rank %d appears twice", ErrGroup, r)
-		}
-		mark[r] = *stamp
-	}
-	return nil
 }

@@ -1,0 +1,12 @@
+package rma
+
+// SetEpochHook makes fn see every transition of win's epoch state machine
+// (epochs.hook), as the call's name, its target (locks; else 0) and the
+// part's state before and after. For tests in package rma_test.
+func SetEpochHook[T Number](win *Window[T], fn func(call string, target int, from, to string)) {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	win.ep.hook = func(k kind, target int, from, to state) {
+		fn(kinds[k].name, target, from.String(), to.String())
+	}
+}
