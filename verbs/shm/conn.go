@@ -419,4 +419,3 @@ func (c *context) Dial(qv verbs.QP, remote verbs.Endpoint, private uint64) error
 	}
 	return nil
 }
-

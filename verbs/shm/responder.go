@@ -196,6 +196,7 @@ func readInto(conn *net.UnixConn, dst [][]byte, n int) error {
 // the checks of the shared table, and answers it.
 func (q *qp) respond(conn *net.UnixConn, h *msg, out *[hdrLen]byte) error {
 	c := q.ctx
+	acquire() // the poster's release, across the socket
 	resp := msg{kind: mResp}
 	var rights []byte
 	var data []byte
@@ -268,6 +269,7 @@ func (q *qp) respond(conn *net.UnixConn, h *msg, out *[hdrLen]byte) error {
 		e = nil
 	}
 	resp.encode(out)
+	release()
 	q.wrMu.Lock()
 	var err error
 	if rights != nil {

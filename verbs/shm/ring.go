@@ -24,8 +24,8 @@ const (
 )
 
 type inbox struct {
-	mem    *memfd.Mem      // the owner's allocation (nil at the peer)
-	mp     *memfd.Mapping  // the peer's mapping (nil at the owner)
+	mem    *memfd.Mem     // the owner's allocation (nil at the peer)
+	mp     *memfd.Mapping // the peer's mapping (nil at the owner)
 	base   unsafe.Pointer
 	tail   *atomic.Uint64
 	head   *atomic.Uint64
