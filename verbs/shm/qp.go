@@ -71,8 +71,9 @@ type qp struct {
 	peerPid   int
 	peerQPN   uint32
 	peerName  string
-	sent      uint64 // slots written to the peer's inbox; under sendMu
-	maps      []rmap // by region index; under sendMu
+	sent      uint64         // slots written to the peer's inbox; under sendMu
+	segs      [maxSGE][]byte // the request's local memory; under sendMu
+	maps      []rmap         // by region index; under sendMu
 	conn      *net.UnixConn
 
 	st    atomic.Int32 // the state, for the data path
@@ -240,7 +241,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	if len(wr.SGL) > maxSGE {
 		return fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
 	}
-	var segs [maxSGE][]byte
+	segs := &q.segs
 	var total uint64
 	need := verbs.Access(0)
 	switch wr.Op {
@@ -275,6 +276,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	release()
 	st := q.execute(wr, segs[:len(wr.SGL)], total)
 	release()
+	clear(segs[:len(wr.SGL)])
 	if st != verbs.StatusSuccess {
 		// A refused request completes with its status and the queue pair
 		// enters the error state, as after a NAK.
