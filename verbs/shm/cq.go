@@ -56,7 +56,15 @@ func (c *context) CreateCQ(depth int) (verbs.CQ, error) {
 	}
 	b := bellAt(unsafe.Pointer(unsafe.SliceData(m.Bytes())))
 	b.mem = m
-	return &cq{ctx: c, bell: b, ring: make([]verbs.WC, min(depth, cqInitial)), depth: depth}, nil
+	q := &cq{ctx: c, bell: b, ring: make([]verbs.WC, min(depth, cqInitial)), depth: depth}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		b.free()
+		return nil, verbs.ErrClosed
+	}
+	c.cqs[q] = struct{}{}
+	return q, nil
 }
 
 // push adds a completion and rings the bell. A full CQ is an overrun.
@@ -193,5 +201,8 @@ func (q *cq) Close() error {
 	q.mu.Unlock()
 	q.bell.ding()
 	q.bell.free()
+	q.ctx.mu.Lock()
+	delete(q.ctx.cqs, q)
+	q.ctx.mu.Unlock()
 	return nil
 }

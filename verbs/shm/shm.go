@@ -106,7 +106,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	c := &context{
 		ln: ln, name: name, secret: append([]byte(nil), cfg.Secret...),
 		timeout: cfg.Timeout, tabMem: tab, table: tableAt(unsafe.Pointer(unsafe.SliceData(tab.Bytes()))),
-		qps: map[uint32]*qp{}, pid: os.Getpid(),
+		qps: map[uint32]*qp{}, cqs: map[*cq]struct{}{}, pid: os.Getpid(),
 	}
 	var b [4]byte
 	rand.Read(b[:])
@@ -133,6 +133,7 @@ type context struct {
 
 	mu       sync.Mutex
 	qps      map[uint32]*qp
+	cqs      map[*cq]struct{} // open completion queues, closed with the context
 	acceptFn func(verbs.ConnRequest)
 	closed   bool
 	wg       sync.WaitGroup
@@ -165,12 +166,19 @@ func (c *context) Close() error {
 	for _, q := range c.qps {
 		qps = append(qps, q)
 	}
+	cqs := make([]*cq, 0, len(c.cqs))
+	for q := range c.cqs {
+		cqs = append(cqs, q)
+	}
 	c.mu.Unlock()
 	err := c.ln.Close()
 	for _, q := range qps {
 		q.Close()
 	}
 	c.wg.Wait()
+	for _, q := range cqs {
+		q.Close()
+	}
 	c.tabMem.Free()
 	return err
 }
