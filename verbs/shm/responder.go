@@ -39,6 +39,9 @@ func (q *qp) request(h *msg, payload, dst [][]byte) (response, verbs.Status) {
 	}
 	bufs := q.reqBuf
 	_, err := bufs.WriteTo(q.conn)
+	if q.ctx.timeout > 0 {
+		q.conn.SetWriteDeadline(time.Time{})
+	}
 	q.wrMu.Unlock()
 	clear(q.reqBuf)
 	if err != nil {
