@@ -39,7 +39,7 @@ const defaultStartup = 30 * time.Second
 
 const usageLine = `usage: rmarun [-n|-np N] [-H h1[:slots],h2... | --hostfile F] [-x VAR[=value]]...
               [--launcher ssh|rsh | --launcher-exec CMD] [--tag-output | -quiet-prefix]
-              [--oversubscribe] [-provider soft|ibv|auto] [-addr IP] [-iface NAME]
+              [--oversubscribe] [-provider soft|ibv|shm|auto] [-addr IP] [-iface NAME]
               [-timeout D] [-startup-timeout D] [-remote-rmarun PATH] program [args...]`
 
 // parseFlags parses rmarun's command line. It returns a usage problem as
@@ -66,7 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	tag := fs.Bool("tag-output", false, "prefix every output line with [rank] (the default)")
 	fs.BoolVar(&o.quiet, "quiet-prefix", false, "do not prefix output lines with the rank")
 	fs.BoolVar(&o.oversubscribe, "oversubscribe", false, "allow more ranks than the hosts' slots")
-	fs.StringVar(&o.provider, "provider", "", "fabric `provider` for the ranks: soft, ibv or auto (default: inherit "+launch.EnvProvider+")")
+	fs.StringVar(&o.provider, "provider", "", "fabric `provider` for the ranks: soft, ibv, shm or auto (default: inherit "+launch.EnvProvider+")")
 	fs.StringVar(&o.addr, "addr", "", "`IP` address the ranks on this host listen on (default 127.0.0.1 for a single-host job)")
 	fs.StringVar(&o.iface, "iface", "", "network `interface` whose address the ranks listen on, on every host")
 	fs.DurationVar(&o.timeout, "timeout", 0, "kill the job after this `duration` (0: no limit)")
@@ -105,8 +105,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return bad("-timeout must not be negative")
 	case o.startup < 0:
 		return bad("-startup-timeout must not be negative")
-	case o.providerSet && o.provider != "soft" && o.provider != "ibv" && o.provider != "auto":
-		return bad("-provider %q is not soft, ibv or auto", o.provider)
+	case o.providerSet && o.provider != "soft" && o.provider != "ibv" && o.provider != "shm" && o.provider != "auto":
+		return bad("-provider %q is not soft, ibv, shm or auto", o.provider)
 	case *launcher != "ssh" && *launcher != "rsh":
 		return bad("--launcher %q is not ssh or rsh (use --launcher-exec for another command)", *launcher)
 	case set["launcher-exec"] && len(strings.Fields(*launcherExec)) == 0:
