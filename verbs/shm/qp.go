@@ -436,7 +436,7 @@ func (q *qp) reach(key uint32, e *entry) (*rmap, verbs.Status) {
 		return m, verbs.StatusSuccess
 	}
 	if e.tag.Load()&flagMemfd == 0 {
-		m.reach = reachVM
+		m.reach = q.ctx.notShared
 		return m, verbs.StatusSuccess
 	}
 	// Ask the owner for the region's memfd and map it.
@@ -447,7 +447,7 @@ func (q *qp) reach(key uint32, e *entry) (*rmap, verbs.Status) {
 		return nil, st
 	}
 	if resp.fd < 0 {
-		m.reach = reachVM
+		m.reach = q.ctx.notShared
 		return m, verbs.StatusSuccess
 	}
 	mp, err := memfd.Map(resp.fd, int64(resp.h.arg0), int(resp.h.arg2))

@@ -58,6 +58,12 @@ func init() { verbs.Register(Name, provider{}) }
 
 type provider struct{}
 
+// EnvVM, set to 0, makes peers reach memory that is not in a memfd
+// (created windows) through its owner's socket instead of with
+// process_vm_readv/writev, as they do when the kernel refuses
+// cross-memory attach.
+const EnvVM = "RMAGO_SHM_VM"
+
 // maxSGE is the most scatter-gather entries a request may carry.
 const maxSGE = 4
 
@@ -108,6 +114,10 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 		timeout: cfg.Timeout, tabMem: tab, table: tableAt(unsafe.Pointer(unsafe.SliceData(tab.Bytes()))),
 		qps: map[uint32]*qp{}, cqs: map[*cq]struct{}{}, pid: os.Getpid(),
 	}
+	c.notShared = reachVM
+	if os.Getenv(EnvVM) == "0" {
+		c.notShared = reachSock
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	c.nextQPN.Store(binary.LittleEndian.Uint32(b[:]) & 0x7fff00)
@@ -124,6 +134,9 @@ type context struct {
 	timeout time.Duration
 	pid     int
 	nextQPN atomic.Uint32
+	// notShared is how memory outside any memfd is reached: reachVM, or
+	// reachSock when EnvVM is 0.
+	notShared uint8
 
 	// Regions: the shared table peers check, and this process's view.
 	tabMem  *memfd.Mem

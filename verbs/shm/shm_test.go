@@ -117,6 +117,16 @@ func sge(mr verbs.MR, off, n int) []verbs.SGE {
 // The data path on both kinds of memory: writes and reads of exact bytes,
 // fetch-and-add and compare-and-swap with their old values.
 func TestWriteReadAtomics(t *testing.T) {
+	testWriteReadAtomics(t)
+}
+
+// The same through the owner's socket, where cross-memory attach is refused.
+func TestWriteReadAtomicsNoVM(t *testing.T) {
+	t.Setenv(EnvVM, "0")
+	testWriteReadAtomics(t)
+}
+
+func testWriteReadAtomics(t *testing.T) {
 	a, b := connected(t, 1<<16)
 	for _, kind := range []string{"memfd", "created"} {
 		mr, buf := b.mr, b.buf
