@@ -60,6 +60,8 @@ func (q *qp) request(h *msg, payload, dst [][]byte) (response, verbs.Status) {
 			return r, verbs.StatusTransport
 		}
 		return r, verbs.Status(r.h.status)
+	case <-q.done:
+		return response{}, verbs.StatusTransport
 	case <-timeout:
 		q.fail(verbs.StatusTransport, fmt.Errorf("%w: %s did not answer a request within %v (it is stopped, hung or overloaded)", verbs.ErrTimeout, q.peer(), q.ctx.timeout), true)
 		return response{}, verbs.StatusTransport
