@@ -218,6 +218,11 @@ func (q *qp) dialSocket(addr string, target uint32, private uint64) (*net.UnixCo
 		return nil, setupFDs{}, fmt.Errorf("%w: shm: connect to %s: %w", verbs.ErrTransport, addr, err)
 	}
 	conn := nc.(*net.UnixConn)
+	uid, pid, err := peerCred(conn)
+	if err != nil || uid != os.Getuid() {
+		conn.Close()
+		return nil, setupFDs{}, fmt.Errorf("%w: %s belongs to another user (uid %d) or its credentials are unknown (%v)", verbs.ErrAuth, addr, uid, err)
+	}
 	var payload [auth.PayloadLen]byte
 	binary.LittleEndian.PutUint32(payload[0:], target)
 	binary.LittleEndian.PutUint32(payload[4:], q.num)
@@ -237,6 +242,11 @@ func (q *qp) dialSocket(addr string, target uint32, private uint64) (*net.UnixCo
 			return nil, setupFDs{}, fmt.Errorf("%w: %s did not answer the connection request within %v", verbs.ErrTimeout, addr, bound)
 		}
 		return nil, setupFDs{}, fmt.Errorf("%w: shm: %s refused the connection request: %w", verbs.ErrTransport, addr, err)
+	}
+	if s.ok == 1 && int(s.pid) != pid {
+		conn.Close()
+		closeFDs(fds)
+		return nil, setupFDs{}, fmt.Errorf("%w: %s says it is pid %d, the kernel says %d", verbs.ErrAuth, addr, s.pid, pid)
 	}
 	if s.ok != 1 {
 		conn.Close()
