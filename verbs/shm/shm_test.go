@@ -283,3 +283,24 @@ func TestPeerClose(t *testing.T) {
 		t.Fatalf("cause %v", err)
 	}
 }
+
+// A peer that does not know the job's secret is refused before anything
+// is mapped.
+func TestWrongSecret(t *testing.T) {
+	a := newSide(t, 4096)
+	a.ctx.(verbs.ConnManager).Accept(func(req verbs.ConnRequest) { req.Accept(a.qp) })
+	ctx, err := verbs.Open(Name, "", verbs.Config{Secret: []byte("some other job"), Timeout: testTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	cq, _ := ctx.CreateCQ(16)
+	q, err := pd.CreateQP(verbs.QPAttr{SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.(verbs.ConnManager).Dial(q, a.ctx.(verbs.ConnManager).ListenEndpoint(), 1); !errors.Is(err, verbs.ErrAuth) {
+		t.Fatalf("dial with the wrong secret: %v", err)
+	}
+}
