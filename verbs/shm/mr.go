@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -94,9 +95,17 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	base := unsafe.Pointer(unsafe.SliceData(buf))
 	r := &region{pd: p, base: base, addr: uint64(uintptr(base)), length: uint64(len(buf)), access: access, fd: -1}
 	if fd, off, err := memfd.Lookup(uintptr(base), len(buf)); err == nil {
-		r.fd, r.off = fd, off
+		// The region keeps its own descriptor, so that what it hands to
+		// peers is never a descriptor its allocation closed and the
+		// process reused.
+		if dup, err := dupCloexec(fd); err == nil {
+			r.fd, r.off = dup, off
+		}
 	}
 	if err := p.ctx.addRegion(r); err != nil {
+		if r.fd >= 0 {
+			syscall.Close(r.fd)
+		}
 		return nil, err
 	}
 	return r, nil
@@ -187,6 +196,11 @@ func (r *region) Dereg() error {
 	next[r.key&(maxRegions-1)] = nil
 	c.regions.Store(&next)
 	c.regMu.Unlock()
+	if r.fd >= 0 {
+		// A responder may be sending it right now: SCM_RIGHTS takes its
+		// own reference, so closing ours later is enough.
+		syscall.Close(r.fd)
+	}
 	return nil
 }
 
@@ -203,4 +217,13 @@ func (c *context) resolve(p *pd, s verbs.SGE, need verbs.Access) ([]byte, error)
 		return nil, nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Add(r.base, s.Addr-r.addr)), s.Length), nil
+}
+
+// dupCloexec duplicates fd, close-on-exec.
+func dupCloexec(fd int) (int, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
 }

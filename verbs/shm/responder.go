@@ -209,8 +209,14 @@ func (q *qp) respond(conn *net.UnixConn, h *msg, out *[hdrLen]byte) error {
 	switch h.kind {
 	case mGetFD:
 		r := c.lookup(h.rkey)
+		ok := false
+		if r != nil {
+			// Counted in, so that Dereg keeps the descriptor open until
+			// it is sent.
+			e, ok = c.table.check(h.rkey, r.addr, 0, 0)
+		}
 		switch {
-		case r == nil || r.pd != q.pd:
+		case !ok || r.pd != q.pd:
 			resp.status = uint8(verbs.StatusRemoteAccess)
 		case r.fd < 0:
 			resp.arg0, resp.arg1, resp.arg2 = ^uint64(0), r.addr, r.length
