@@ -353,6 +353,11 @@ func (q *qp) access(kind uint8, key uint32, addr, n uint64, segs [][]byte, arg0,
 	}
 	e, ok := q.peerTab.check(key, addr, n, need)
 	if !ok {
+		if idx := int(key & (maxRegions - 1)); idx < len(q.maps) && q.maps[idx].key == key && q.peerTab[idx].tag.Load()&flagLive == 0 {
+			// The region is gone: let go of its memory now.
+			q.maps[idx].mp.Unmap()
+			q.maps[idx] = rmap{}
+		}
 		return verbs.StatusRemoteAccess, 0
 	}
 	m, st := q.reach(key, e)
