@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -32,6 +33,10 @@ type cq struct {
 }
 
 const cqInitial = 1024
+
+// pureSpins is the polls Wait makes before it starts yielding the core
+// between polls.
+const pureSpins = 32
 
 // spinFor is how long CQ.Wait polls before it sleeps on the futex
 // (RMAGO_SHM_SPIN, a Go duration; default 50µs).
@@ -174,8 +179,15 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 			return 0, verbs.ErrTimeout
 		}
 		if now.Before(spinEnd) {
-			if i&7 == 7 {
+			// The completion comes from another process: give it the
+			// core if it waits for one (Gosched yields only to this
+			// process's goroutines).
+			switch {
+			case i < pureSpins:
+			case i&7 == 7:
 				runtime.Gosched()
+			default:
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			}
 			continue
 		}
