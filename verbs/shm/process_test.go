@@ -178,6 +178,14 @@ func dialChild(t *testing.T, c *child) *side {
 // The data path and the NIC's checks between processes, on both kinds of
 // the child's memory.
 func TestProcessesDataPath(t *testing.T) {
+	t.Run("process_vm", testProcessesDataPath)
+	t.Run("socket", func(t *testing.T) {
+		t.Setenv(EnvVM, "0") // as where cross-memory attach is refused
+		testProcessesDataPath(t)
+	})
+}
+
+func testProcessesDataPath(t *testing.T) {
 	c := startServer(t)
 	s := dialChild(t, c)
 	for _, kind := range []struct {
