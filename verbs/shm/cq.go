@@ -150,7 +150,7 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 			q.more = false
 			if p := q.qps.Load(); p != nil {
 				for _, x := range *p {
-					k += x.drain(wc[k:], q)
+					k += x.drain(wc[k:])
 					if k == len(wc) {
 						q.more = true
 						break

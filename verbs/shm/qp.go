@@ -522,7 +522,7 @@ func (q *qp) next(wc *verbs.WC) bool {
 }
 
 // drain moves arrived receives into wc; the CQ's lock held.
-func (q *qp) drain(wc []verbs.WC, _ *cq) int {
+func (q *qp) drain(wc []verbs.WC) int {
 	if q.in.head.Load() >= q.in.tail.Load() {
 		return 0
 	}

@@ -58,22 +58,21 @@ func vmCopy(pid int, write bool, segs [][]byte, raddr uint64) error {
 	if sysProcessVMReadv < 0 {
 		return syscall.ENOSYS
 	}
-	var local [maxSGE]syscall.Iovec
 	for _, s := range segs {
 		for len(s) > 0 {
-			local[0].Base = &s[0]
-			local[0].SetLen(len(s))
+			var local syscall.Iovec
+			local.Base = &s[0]
+			local.SetLen(len(s))
 			remote := remoteIovec{base: uintptr(raddr), len: uint64(len(s))}
-			r, _, e := syscall.Syscall6(nr, uintptr(pid), uintptr(unsafe.Pointer(&local[0])), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
+			r, _, e := syscall.Syscall6(nr, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
 			if e != 0 {
 				return e
 			}
 			if r == 0 {
 				return syscall.EFAULT
 			}
-			n := int(r)
-			s = s[n:]
-			raddr += uint64(n)
+			s = s[r:]
+			raddr += uint64(r)
 		}
 	}
 	return nil
