@@ -4,50 +4,51 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"syscall"
 	"unsafe"
 
+	"github.com/rmago/rmago/internal/memfd"
 	"github.com/rmago/rmago/verbs"
 )
 
-// Memory is page-aligned memory outside the Go heap (an anonymous
-// mapping), for allocated windows: it never moves and the garbage collector
-// never scans it.
+// Memory is page-aligned memory outside the Go heap (a memfd mapped
+// shared, internal/memfd), for allocated windows: it never moves, the
+// garbage collector never scans it, and node-local peers can map it (the
+// shm provider).
 type Memory struct {
-	b []byte
+	m *memfd.Mem
 }
 
 // AllocMemory maps n bytes (rounded up to pages) of zeroed memory.
 func AllocMemory(n int) (*Memory, error) {
-	// The mapping is page-rounded; Bytes is n long but may be resliced up to
-	// the page end (cap).
 	if n <= 0 {
 		return nil, fmt.Errorf("transport: allocating %d bytes", n)
 	}
-	page := os.Getpagesize()
-	size := (n + page - 1) / page * page
-	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	m, err := memfd.Alloc(n, "rmago")
 	if err != nil {
-		return nil, fmt.Errorf("transport: mmap %d bytes: %w", size, err)
+		return nil, fmt.Errorf("transport: %w", err)
 	}
-	return &Memory{b: b[:n:size]}, nil
+	return &Memory{m: m}, nil
 }
 
 // Bytes is the memory.
-func (m *Memory) Bytes() []byte { return m.b }
+func (m *Memory) Bytes() []byte {
+	if m.m == nil {
+		return nil
+	}
+	return m.m.Bytes()
+}
 
 // Ptr is the address of the first byte.
-func (m *Memory) Ptr() unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(m.b)) }
+func (m *Memory) Ptr() unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(m.Bytes())) }
 
 // Free unmaps the memory; it must be deregistered first.
 func (m *Memory) Free() error {
-	if m.b == nil {
+	if m.m == nil {
 		return nil
 	}
-	b := m.b[:cap(m.b)]
-	m.b = nil
-	return syscall.Munmap(b)
+	mm := m.m
+	m.m = nil
+	return mm.Free()
 }
 
 // Local is registered memory of this rank: an address and its lkey.

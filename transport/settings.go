@@ -50,6 +50,10 @@ func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration) verbs
 	if s.SoftSpin == 0 {
 		cfg.Spin = -1 // never poll
 	}
+	cfg.ShmSpin, cfg.ShmNoCMA = s.ShmSpin, !s.ShmCMA
+	if s.ShmSpin == 0 {
+		cfg.ShmSpin = -1 // sleep at once
+	}
 	switch {
 	case s.IBVSpin == 0:
 		cfg.SpinPolls = -1 // sleep at once

@@ -221,6 +221,13 @@ type Config struct {
 	// it sleeps on the completion channel. 0: each CQ adapts it;
 	// negative: sleep at once.
 	SpinPolls int
+	// ShmSpin (shm provider) is how long CQ.Wait polls before it sleeps
+	// on its futex. 0: the provider's default; negative: sleep at once.
+	ShmSpin time.Duration
+	// ShmNoCMA (shm provider): reach a peer's memory that is not shared
+	// (a created window) through the peer's socket, not with
+	// cross-memory attach (process_vm_readv/writev).
+	ShmNoCMA bool
 }
 
 // Provider opens devices. Implementations call Register from an init function.

@@ -41,7 +41,7 @@ const defaultStartup = 30 * time.Second
 
 const usageLine = `usage: rmarun [-n|-np N] [-H h1[:slots],h2... | --hostfile F] [-x VAR[=value]]...
               [--launcher ssh|rsh | --launcher-exec CMD] [--tag-output | -quiet-prefix]
-              [--oversubscribe] [-provider soft|ibv|auto] [-addr IP] [-iface NAME]
+              [--oversubscribe] [-provider soft|ibv|shm|auto] [-addr IP] [-iface NAME]
               [-timeout D] [-startup-timeout D] [-remote-rmarun PATH] program [args...]`
 
 // parseFlags parses rmarun's command line. It returns a usage problem as

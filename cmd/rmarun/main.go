@@ -7,7 +7,7 @@
 //
 //	rmarun [-n|-np N] [-H h1[:slots],h2... | --hostfile F] [-x VAR[=value]]...
 //	       [--launcher ssh|rsh | --launcher-exec CMD] [--tag-output | -quiet-prefix]
-//	       [--oversubscribe] [-provider soft|ibv|auto] [-addr IP] [-iface NAME]
+//	       [--oversubscribe] [-provider soft|ibv|shm|auto] [-addr IP] [-iface NAME]
 //	       [-timeout D] [-startup-timeout D] [-remote-rmarun PATH] program [args...]
 //
 // Flags may be written with one dash or two (-np, --np).
@@ -26,7 +26,7 @@
 //	-tag-output         prefix each output line with "[rank] " (the default)
 //	-quiet-prefix       do not prefix output lines
 //	-oversubscribe      allow more ranks than the hosts' slots
-//	-provider P         set RMAGO_PROVIDER to P (soft, ibv or auto)
+//	-provider P         set RMAGO_PROVIDER to P (soft, ibv, shm or auto)
 //	-addr IP            the address ranks on this host listen on
 //	                    (default 127.0.0.1 for a job on this host only)
 //	-iface NAME         every host's ranks listen on that interface's address

@@ -35,6 +35,13 @@ const (
 	EnvConnect = "RMAGO_CONNECT"
 	// EnvSoftSpin is how long the soft provider polls before it sleeps.
 	EnvSoftSpin = "RMAGO_SOFT_SPIN"
+	// EnvShmSpin is how long the shm provider's completion wait polls
+	// before it sleeps on its futex.
+	EnvShmSpin = "RMAGO_SHM_SPIN"
+	// EnvShmCMA says whether the shm provider reaches node-local memory
+	// that is not shared (created windows) with cross-memory attach
+	// (process_vm_readv/writev) or through its owner.
+	EnvShmCMA = "RMAGO_SHM_CMA"
 	// EnvIBVSpin fixes how many times the ibv provider polls before it sleeps.
 	EnvIBVSpin = "RMAGO_IBV_SPIN"
 	// EnvPMI selects the PMI wire under a PMI launcher.
@@ -50,6 +57,8 @@ const (
 	DefaultConnect  = "lazy"
 	// DefaultSoftSpin equals verbs/soft's DefaultSpin (a test checks it).
 	DefaultSoftSpin = 100 * time.Microsecond
+	// DefaultShmSpin equals verbs/shm's DefaultSpin (a test checks it).
+	DefaultShmSpin = 50 * time.Microsecond
 	// AdaptiveSpin is Settings.IBVSpin when RMAGO_IBV_SPIN is unset: each
 	// completion queue adapts its busy phase.
 	AdaptiveSpin = -1
@@ -68,6 +77,8 @@ type Settings struct {
 	Timeout  time.Duration // RMAGO_TIMEOUT: 0 means no bound
 	Connect  string        // RMAGO_CONNECT: lazy or eager
 	SoftSpin time.Duration // RMAGO_SOFT_SPIN: 0 never polls
+	ShmSpin  time.Duration // RMAGO_SHM_SPIN: 0 sleeps at once
+	ShmCMA   bool          // RMAGO_SHM_CMA: cross-memory attach for memory that is not shared
 	IBVSpin  int           // RMAGO_IBV_SPIN: polls, or AdaptiveSpin
 	PMI      int           // RMAGO_PMI: 1 or 2
 }
@@ -79,6 +90,8 @@ func Defaults() Settings {
 		Timeout:  DefaultTimeout,
 		Connect:  DefaultConnect,
 		SoftSpin: DefaultSoftSpin,
+		ShmSpin:  DefaultShmSpin,
+		ShmCMA:   true,
 		IBVSpin:  AdaptiveSpin,
 		PMI:      DefaultPMI,
 	}
@@ -139,6 +152,17 @@ func (s *Settings) Set(name, value string) error {
 			return bad(name, value)
 		}
 		s.SoftSpin = d
+	case EnvShmSpin:
+		d, err := time.ParseDuration(value)
+		if err != nil || d < 0 {
+			return bad(name, value)
+		}
+		s.ShmSpin = d
+	case EnvShmCMA:
+		if value != "on" && value != "off" {
+			return bad(name, value)
+		}
+		s.ShmCMA = value == "on"
 	case EnvIBVSpin:
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 0 {
@@ -159,7 +183,7 @@ func (s *Settings) Set(name, value string) error {
 }
 
 // Providers are the accepted values of RMAGO_PROVIDER.
-var Providers = []string{"auto", "soft", "ibv"}
+var Providers = []string{"auto", "soft", "ibv", "shm"}
 
 // bad is the error for a value name does not accept: it quotes the
 // accepted values from Vars.

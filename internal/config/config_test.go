@@ -10,6 +10,7 @@ import (
 	"github.com/rmago/rmago/internal/config"
 	"github.com/rmago/rmago/verbs"
 	_ "github.com/rmago/rmago/verbs/ibv"
+	"github.com/rmago/rmago/verbs/shm"
 	"github.com/rmago/rmago/verbs/soft"
 )
 
@@ -27,9 +28,12 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "auto", Timeout: 2 * time.Minute, Connect: "lazy", SoftSpin: 100 * time.Microsecond, IBVSpin: -1, PMI: 1}
+	want := config.Settings{Provider: "auto", Timeout: 2 * time.Minute, Connect: "lazy", SoftSpin: 100 * time.Microsecond, ShmSpin: 50 * time.Microsecond, ShmCMA: true, IBVSpin: -1, PMI: 1}
 	if s != want || s != config.Defaults() {
 		t.Fatalf("defaults %+v, want %+v", s, want)
+	}
+	if config.DefaultShmSpin != shm.DefaultSpin {
+		t.Errorf("config.DefaultShmSpin %v, shm.DefaultSpin %v", config.DefaultShmSpin, shm.DefaultSpin)
 	}
 	if config.DefaultSoftSpin != soft.DefaultSpin {
 		t.Errorf("config.DefaultSoftSpin %v, soft.DefaultSpin %v", config.DefaultSoftSpin, soft.DefaultSpin)
@@ -45,7 +49,7 @@ func TestConfigValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, IBVSpin: 0, PMI: 2}
+	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, ShmSpin: 50 * time.Microsecond, ShmCMA: true, IBVSpin: 0, PMI: 2}
 	if s != want {
 		t.Fatalf("got %+v, want %+v", s, want)
 	}
@@ -68,6 +72,8 @@ func TestConfigBadValues(t *testing.T) {
 		{"RMAGO_TIMEOUT", "10", "a Go duration >= 0"},
 		{"RMAGO_CONNECT", "sometimes", "lazy (on first use"},
 		{"RMAGO_SOFT_SPIN", "x", "a Go duration >= 0"},
+		{"RMAGO_SHM_SPIN", "-1s", "a Go duration >= 0"},
+		{"RMAGO_SHM_CMA", "yes", "on or off"},
 		{"RMAGO_SOFT_SPIN", "-1ms", "a Go duration >= 0"},
 		{"RMAGO_SOFT_SPIN", "10", "a Go duration >= 0"},
 		{"RMAGO_IBV_SPIN", "-1", "an integer >= 0"},

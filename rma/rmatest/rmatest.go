@@ -84,6 +84,15 @@ func jobSize() int {
 	return 0
 }
 
+// Provider is the provider in-process jobs use: RMAGO_PROVIDER if set
+// (the suites run on shm that way), else soft.
+func Provider() string {
+	if p := os.Getenv("RMAGO_PROVIDER"); p != "" && p != "auto" {
+		return p
+	}
+	return "soft"
+}
+
 // Start is Run without a testing.TB, always in-process: it returns each
 // rank's error.
 func Start(n int, fn func(w *rma.World) error) []error {
@@ -113,7 +122,7 @@ func Start(n int, fn func(w *rma.World) error) []error {
 				errs[r] = err
 				return
 			}
-			v, err := join.World(b, transport.Options{Provider: "soft", Timeout: Timeout})
+			v, err := join.World(b, transport.Options{Provider: Provider(), Timeout: Timeout})
 			if err != nil {
 				errs[r] = err
 				return

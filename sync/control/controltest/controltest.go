@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,7 +122,7 @@ func runRank(me, n, port int, secret []byte, opts Options, fn func(r *Rank) erro
 	if err != nil {
 		return err
 	}
-	f, err := transport.Open(b, transport.Options{Provider: "soft", Timeout: opts.Timeout})
+	f, err := transport.Open(b, transport.Options{Provider: provider(), Timeout: opts.Timeout})
 	if err != nil {
 		return err
 	}
@@ -154,4 +155,13 @@ func runRank(me, n, port int, secret []byte, opts Options, fn func(r *Rank) erro
 	}
 	reg.Close()
 	return c.Close()
+}
+
+// provider is the provider the ranks use: RMAGO_PROVIDER if set (the
+// suites run on shm that way), else soft.
+func provider() string {
+	if p := os.Getenv("RMAGO_PROVIDER"); p != "" && p != "auto" {
+		return p
+	}
+	return "soft"
 }

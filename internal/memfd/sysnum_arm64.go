@@ -1,0 +1,3 @@
+package memfd
+
+const sysMemfdCreate = 279

@@ -1,0 +1,206 @@
+package shm
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/rmago/rmago/internal/memfd"
+	"github.com/rmago/rmago/verbs"
+)
+
+// cq is a completion queue: a local ring of completions (the send
+// completions pushed at post, flushes) plus the inboxes of the queue pairs
+// whose receives complete here, drained by Poll.
+type cq struct {
+	ctx     *context
+	bell    *bell
+	mu      sync.Mutex
+	ring    []verbs.WC
+	depth   int
+	head, n int
+	overrun bool
+	closed  bool
+	seen    uint32 // bell value when the inboxes were last drained
+	more    bool   // an inbox was left with entries (wc was full)
+	qps     atomic.Pointer[[]*qp]
+	qpsMu   sync.Mutex
+}
+
+const cqInitial = 1024
+
+// pureSpins is the polls Wait makes before it starts yielding the core
+// between polls.
+const pureSpins = 32
+
+func (c *context) CreateCQ(depth int) (verbs.CQ, error) {
+	if depth <= 0 {
+		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalid, depth)
+	}
+	m, err := memfd.Alloc(bellBytes, "rmago-shm-cq")
+	if err != nil {
+		return nil, err
+	}
+	b := bellAt(unsafe.Pointer(unsafe.SliceData(m.Bytes())))
+	b.mem = m
+	q := &cq{ctx: c, bell: b, ring: make([]verbs.WC, min(depth, cqInitial)), depth: depth}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		b.free()
+		return nil, verbs.ErrClosed
+	}
+	c.cqs[q] = struct{}{}
+	return q, nil
+}
+
+// push adds a completion and rings the bell. A full CQ is an overrun.
+func (q *cq) push(wc verbs.WC) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.pushLocked(wc)
+	q.mu.Unlock()
+	q.bell.ding()
+}
+
+func (q *cq) pushLocked(wc verbs.WC) {
+	if q.n == len(q.ring) && len(q.ring) < q.depth {
+		ring := make([]verbs.WC, min(2*len(q.ring), q.depth))
+		for i := range q.n {
+			ring[i] = q.ring[(q.head+i)%len(q.ring)]
+		}
+		q.ring, q.head = ring, 0
+	}
+	if q.n == len(q.ring) {
+		q.overrun = true
+		return
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = wc
+	q.n++
+}
+
+func (q *cq) attach(p *qp) {
+	q.qpsMu.Lock()
+	var old []*qp
+	if o := q.qps.Load(); o != nil {
+		old = *o
+	}
+	next := append(append([]*qp(nil), old...), p)
+	q.qps.Store(&next)
+	q.qpsMu.Unlock()
+}
+
+// detach stops draining p's inbox; once it returns no Poll touches it.
+func (q *cq) detach(p *qp) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.qpsMu.Lock()
+	if o := q.qps.Load(); o != nil {
+		next := make([]*qp, 0, len(*o))
+		for _, x := range *o {
+			if x != p {
+				next = append(next, x)
+			}
+		}
+		q.qps.Store(&next)
+	}
+	q.qpsMu.Unlock()
+}
+
+func (q *cq) Poll(wc []verbs.WC) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.overrun {
+		return 0, fmt.Errorf("%w: completion queue overrun", verbs.ErrQueueFull)
+	}
+	if q.closed {
+		return 0, verbs.ErrClosed
+	}
+	k := 0
+	for k < len(wc) && q.n > 0 {
+		wc[k] = q.ring[q.head]
+		q.head = (q.head + 1) % len(q.ring)
+		q.n--
+		k++
+	}
+	if k < len(wc) {
+		if b := q.bell.ring.Load(); b != q.seen || q.more {
+			q.seen = b
+			q.more = false
+			if p := q.qps.Load(); p != nil {
+				for _, x := range *p {
+					k += x.drain(wc[k:])
+					if k == len(wc) {
+						q.more = true
+						break
+					}
+				}
+			}
+		}
+	}
+	if k > 0 {
+		acquire()
+	}
+	return k, nil
+}
+
+// Wait polls for the context's spin time, then sleeps on the bell until a completion or
+// the deadline.
+func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
+	spinEnd := time.Now().Add(q.ctx.spin)
+	for i := 0; ; i++ {
+		v := q.bell.ring.Load()
+		if n, err := q.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return 0, verbs.ErrTimeout
+		}
+		if now.Before(spinEnd) {
+			// The completion comes from another process: give it the
+			// core if it waits for one (Gosched yields only to this
+			// process's goroutines).
+			switch {
+			case i < pureSpins:
+			case i&7 == 7:
+				runtime.Gosched()
+			default:
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+			continue
+		}
+		var d time.Duration
+		if !deadline.IsZero() {
+			d = deadline.Sub(now)
+		}
+		q.bell.sleepers.Add(1)
+		if q.bell.ring.Load() == v {
+			wait(q.bell.ring, v, d)
+		}
+		q.bell.sleepers.Add(^uint32(0))
+	}
+}
+
+func (q *cq) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	q.mu.Unlock()
+	q.bell.ding()
+	q.bell.free()
+	q.ctx.mu.Lock()
+	delete(q.ctx.cqs, q)
+	q.ctx.mu.Unlock()
+	return nil
+}

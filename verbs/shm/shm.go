@@ -1,0 +1,216 @@
+// Package shm is rmago's provider for peers on the same node: the verbs
+// contract over shared memory, so that windows and the sync protocols run
+// unchanged between processes of one host.
+//
+// Memory that internal/memfd allocated (the transport's AllocMemory:
+// allocated windows, control regions) is passed to a peer as a memfd over
+// the queue pair's unix socket (SCM_RIGHTS) the first time the peer uses
+// its rkey; the peer maps it and from then on an RDMA write or read is a
+// copy done by the origin, and a fetch-and-add or compare-and-swap a CPU
+// atomic on the mapped word (AtomicGlob: atomic against the owner's CPU
+// too). Other memory (created windows: the caller's slice) is reached with
+// process_vm_readv/writev; atomics on it, and any copy the kernel refuses
+// to attach to, go through the owner's socket, where a responder goroutine
+// does them. Every request completes at once, in the posting goroutine.
+//
+// The NIC's checks stay: each context publishes its memory regions in a
+// shared table (key, address range, access, live) that the origin checks
+// before every access, so a bad rkey, a region deregistered or an access
+// out of bounds completes with a remote access error and leaves the target
+// untouched; Dereg waits (bounded by the timeout) for accesses in flight.
+//
+// Writes with immediate data and sends land in a ring in the target's
+// shared memory; the target's CQ.Poll drains its rings into posted
+// receives. CQ.Wait spins briefly, then sleeps on a futex word in the
+// completion queue's shared page, which a writer wakes only when a sleeper
+// says it is there: no system call on the fast path.
+//
+// Connections are unix sockets in the abstract namespace, authenticated
+// with the job's secret (internal/auth) and restricted to the same user
+// (SO_PEERCRED). A peer whose socket ends without goodbye (it exited or
+// was killed) fails its queue pairs at once, naming it. Import the package
+// for its side effect:
+//
+//	import _ "github.com/rmago/rmago/verbs/shm"
+package shm
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rmago/rmago/internal/memfd"
+	"github.com/rmago/rmago/verbs"
+)
+
+// Name is the name the provider registers under.
+const Name = "shm"
+
+func init() { verbs.Register(Name, provider{}) }
+
+type provider struct{}
+
+// DefaultSpin is how long CQ.Wait polls before it sleeps on its futex,
+// unless verbs.Config.ShmSpin (RMAGO_SHM_SPIN through transport) says
+// otherwise.
+const DefaultSpin = 50 * time.Microsecond
+
+// maxSGE is the most scatter-gather entries a request may carry.
+const maxSGE = 4
+
+// maxSendBytes is the largest payload of a send (it travels in a ring slot).
+const maxSendBytes = slotSize - slotHdr
+
+func deviceAttr() verbs.DeviceAttr {
+	return verbs.DeviceAttr{
+		Name: "shm0", Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
+		MaxSGE: maxSGE, MaxInline: 1 << 30, AtomicCap: verbs.AtomicGlob, MTU: 1 << 20,
+		LinkLayer: "shm", PortActive: true, PostCopiesPayload: true,
+	}
+}
+
+// Devices lists the one shared-memory device.
+func (provider) Devices() ([]verbs.DeviceAttr, error) {
+	return []verbs.DeviceAttr{deviceAttr()}, nil
+}
+
+var ctxSeq atomic.Uint32
+
+// Open starts the device: a listener on an abstract unix socket named
+// after the job's secret and this process, and the shared region table.
+func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
+	if device != "" && device != "shm0" {
+		return nil, fmt.Errorf("%w: shm has only device shm0, not %q", verbs.ErrNoDevice, device)
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, fmt.Errorf("%w: shm provider needs the job secret", verbs.ErrInvalid)
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: timeout %v", verbs.ErrInvalid, cfg.Timeout)
+	}
+	allowPtrace()
+	sum := sha256.Sum256(append([]byte("rmago-shm-listen"), cfg.Secret...))
+	name := fmt.Sprintf("@rmago-shm-%s-%d-%d", hex.EncodeToString(sum[:8]), os.Getpid(), ctxSeq.Add(1))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("shm: listen on %s: %w", name, err)
+	}
+	tab, err := memfd.Alloc(tableBytes, "rmago-shm-table")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	c := &context{
+		ln: ln, name: name, secret: append([]byte(nil), cfg.Secret...),
+		timeout: cfg.Timeout, tabMem: tab, table: tableAt(unsafe.Pointer(unsafe.SliceData(tab.Bytes()))),
+		qps: map[uint32]*qp{}, cqs: map[*cq]struct{}{}, pid: os.Getpid(),
+	}
+	c.notShared = reachVM
+	if cfg.ShmNoCMA {
+		c.notShared = reachSock
+	}
+	switch {
+	case cfg.ShmSpin == 0:
+		c.spin = DefaultSpin
+	case cfg.ShmSpin > 0:
+		c.spin = cfg.ShmSpin
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	c.nextQPN.Store(binary.LittleEndian.Uint32(b[:]) & 0x7fff00)
+	c.wg.Add(1)
+	go c.acceptLoop()
+	return c, nil
+}
+
+// context is the open shm device.
+type context struct {
+	ln      *net.UnixListener
+	name    string
+	secret  []byte
+	timeout time.Duration
+	pid     int
+	nextQPN atomic.Uint32
+	// notShared is how memory outside any memfd is reached: reachVM, or
+	// reachSock with verbs.Config.ShmNoCMA.
+	notShared uint8
+	spin      time.Duration // CQ.Wait's polling before it sleeps (verbs.Config.ShmSpin)
+
+	// Regions: the shared table peers check, and this process's view.
+	tabMem  *memfd.Mem
+	table   *table
+	regMu   sync.Mutex
+	regions atomic.Pointer[[]*region] // by index, copy on write
+
+	mu       sync.Mutex
+	qps      map[uint32]*qp
+	cqs      map[*cq]struct{} // open completion queues, closed with the context
+	acceptFn func(verbs.ConnRequest)
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+func (c *context) Attr() verbs.DeviceAttr { return deviceAttr() }
+
+func (c *context) AllocPD() (verbs.PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, verbs.ErrClosed
+	}
+	return &pd{ctx: c}, nil
+}
+
+// SyncMemory orders this process's view of accesses made by requests of
+// its own queue pairs (verbs.MemorySyncer); peers in other processes need
+// nothing of the kind, their CPU atomics order themselves.
+func (c *context) SyncMemory() { acquire() }
+
+func (c *context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	c.closed = true
+	qps := make([]*qp, 0, len(c.qps))
+	for _, q := range c.qps {
+		qps = append(qps, q)
+	}
+	cqs := make([]*cq, 0, len(c.cqs))
+	for q := range c.cqs {
+		cqs = append(cqs, q)
+	}
+	c.mu.Unlock()
+	err := c.ln.Close()
+	for _, q := range qps {
+		q.Close()
+	}
+	c.wg.Wait()
+	for _, q := range cqs {
+		q.Close()
+	}
+	c.tabMem.Free()
+	return err
+}
+
+// pd is a protection domain.
+type pd struct{ ctx *context }
+
+func (p *pd) Close() error { return nil }
+
+// wireOrder states, for Go's memory model and race detector, the edges a
+// NIC gives: a post happens before the access it makes, which happens
+// before the completion or the receive it produces is polled.
+var wireOrder atomic.Uint64
+
+func release() { wireOrder.Add(1) }
+func acquire() { wireOrder.Load() }

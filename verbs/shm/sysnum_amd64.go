@@ -1,0 +1,6 @@
+package shm
+
+const (
+	sysProcessVMReadv  = 310
+	sysProcessVMWritev = 311
+)

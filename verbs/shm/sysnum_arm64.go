@@ -1,0 +1,6 @@
+package shm
+
+const (
+	sysProcessVMReadv  = 270
+	sysProcessVMWritev = 271
+)
