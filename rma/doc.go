@@ -16,9 +16,16 @@
 //	// rank 1 now sees src in win.Local()
 //
 // Windows are generic over fixed-size numeric types; there are no datatype
-// arguments. Every Put and Get becomes one RDMA work request on the verbs
-// provider (soft TCP emulation or real InfiniBand/RoCE); the target's
-// program takes no part.
+// arguments. A Put or Get to another rank becomes RDMA work requests on
+// the provider that reaches that rank (shm for node-local peers, ibv or
+// the soft TCP emulation for the others); the target's program takes no
+// part. When the origin slice lies in registered memory (a window), one
+// request per 256 MiB carries it with no copy; any other origin slice
+// goes through a 4 MiB registered bounce buffer in pieces of up to 2 MiB
+// (a copy in for Put, a copy out when a Get completes). An access to the
+// rank's own window is a plain copy, complete at once. Accumulates and
+// atomics always go through the provider, the one agent that updates
+// window memory atomically (see docs/architecture.md).
 //
 // # Windows
 //
