@@ -14,6 +14,7 @@ package accop
 
 import (
 	"encoding/binary"
+	"math"
 	"sync/atomic"
 	"unsafe"
 
@@ -69,68 +70,113 @@ type number interface {
 
 func apply[T number](dst unsafe.Pointer, n int, src, old []byte, op verbs.AccOp) {
 	lo := int(uintptr(dst) & 7)
-	base := unsafe.Add(dst, -lo)
-	le := binary.LittleEndian
-	for i, k := 0, 0; k < n; i++ {
-		w := (*uint64)(unsafe.Add(base, 8*i))
-		a := 0
-		if i == 0 {
-			a = lo
+	k := 0 // operand bytes done
+	if lo != 0 || n < 8 {
+		// The first word holds elements of the operand only from byte lo
+		// on (and up to byte lo+n).
+		b := min(8, lo+n)
+		w := (*uint64)(unsafe.Add(dst, -lo))
+		part[T](w, src, old, lo, b, op)
+		k = b - lo
+	}
+	if whole := (n - k) / 8; whole > 0 {
+		var o []byte
+		if old != nil {
+			o = old[k : k+8*whole]
 		}
-		b := min(8, a+n-k)
-		whole := a == 0 && b == 8
-		var s uint64
+		var s []byte
 		if op != verbs.AccNoOp {
-			if whole {
-				s = le.Uint64(src[k:])
-			} else {
-				var tmp [8]byte
-				copy(tmp[a:b], src[k:k+b-a])
-				s = le.Uint64(tmp[:])
-			}
+			s = src[k : k+8*whole]
 		}
-		var o uint64
-		if whole {
-			o = updateWord[T](w, s, op)
-		} else {
-			o = updatePart[T](w, s, uint(a), uint(b), op)
+		words[T](unsafe.Slice((*uint64)(unsafe.Add(dst, k)), whole), s, o, op)
+		k += 8 * whole
+	}
+	if k < n { // the last word holds elements up to byte n-k
+		var s, o []byte
+		if op != verbs.AccNoOp {
+			s = src[k:]
 		}
 		if old != nil {
-			if whole {
-				le.PutUint64(old[k:], o)
-			} else {
-				var tmp [8]byte
-				le.PutUint64(tmp[:], o)
-				copy(old[k:k+b-a], tmp[a:b])
-			}
+			o = old[k:]
 		}
-		k += b - a
+		part[T]((*uint64)(unsafe.Add(dst, k)), s, o, 0, n-k, op)
 	}
 }
 
-// updateWord applies op with the operand word s to every element of the
-// word at w and returns the word's old value.
-func updateWord[T number](w *uint64, s uint64, op verbs.AccOp) uint64 {
-	var zero T
-	switch op {
-	case verbs.AccNoOp:
-		return atomic.LoadUint64(w)
-	case verbs.AccReplace:
-		return atomic.SwapUint64(w, s)
-	case verbs.AccSum:
-		if unsafe.Sizeof(zero) == 8 && !isFloat[T]() {
-			return atomic.AddUint64(w, s) - s
-		}
-	case verbs.AccBAnd:
-		return atomic.AndUint64(w, s)
-	case verbs.AccBOr:
-		return atomic.OrUint64(w, s)
+// part applies op to the elements in bytes [a, b) of the word at w, whose
+// operand is src[:b-a]; their old values land in old[:b-a].
+func part[T number](w *uint64, src, old []byte, a, b int, op verbs.AccOp) {
+	var tmp [8]byte
+	if op != verbs.AccNoOp {
+		copy(tmp[a:b], src[:b-a])
 	}
-	for {
-		o := atomic.LoadUint64(w)
-		nw := combine[T](o, s, 0, 8, op)
-		if nw == o || atomic.CompareAndSwapUint64(w, o, nw) {
-			return o
+	o := updatePart[T](w, binary.LittleEndian.Uint64(tmp[:]), uint(a), uint(b), op)
+	if old != nil {
+		binary.LittleEndian.PutUint64(tmp[:], o)
+		copy(old[:b-a], tmp[a:b])
+	}
+}
+
+// words applies op to whole words ws with operand words src (little-endian
+// bytes), their old values landing in old if not nil: the bulk of a large
+// accumulate, one atomic instruction per word where one does it, a
+// compare-and-swap loop otherwise.
+func words[T number](ws []uint64, src, old []byte, op verbs.AccOp) {
+	le := binary.LittleEndian
+	var zero T
+	switch {
+	case op == verbs.AccNoOp:
+		for i := range ws {
+			le.PutUint64(old[8*i:], atomic.LoadUint64(&ws[i]))
+		}
+	case op == verbs.AccReplace && old == nil:
+		for i := range ws {
+			atomic.StoreUint64(&ws[i], le.Uint64(src[8*i:]))
+		}
+	case op == verbs.AccReplace:
+		for i := range ws {
+			le.PutUint64(old[8*i:], atomic.SwapUint64(&ws[i], le.Uint64(src[8*i:])))
+		}
+	case op == verbs.AccSum && unsafe.Sizeof(zero) == 8 && !isFloat[T]():
+		if old == nil {
+			for i := range ws {
+				atomic.AddUint64(&ws[i], le.Uint64(src[8*i:]))
+			}
+			return
+		}
+		for i := range ws {
+			s := le.Uint64(src[8*i:])
+			le.PutUint64(old[8*i:], atomic.AddUint64(&ws[i], s)-s)
+		}
+	case op == verbs.AccBAnd:
+		for i := range ws {
+			o := atomic.AndUint64(&ws[i], le.Uint64(src[8*i:]))
+			if old != nil {
+				le.PutUint64(old[8*i:], o)
+			}
+		}
+	case op == verbs.AccBOr:
+		for i := range ws {
+			o := atomic.OrUint64(&ws[i], le.Uint64(src[8*i:]))
+			if old != nil {
+				le.PutUint64(old[8*i:], o)
+			}
+		}
+	default:
+		for i := range ws {
+			s := le.Uint64(src[8*i:])
+			w := &ws[i]
+			var o uint64
+			for {
+				o = atomic.LoadUint64(w)
+				nw := combine[T](o, s, 0, 8, op)
+				if nw == o || atomic.CompareAndSwapUint64(w, o, nw) {
+					break
+				}
+			}
+			if old != nil {
+				le.PutUint64(old[8*i:], o)
+			}
 		}
 	}
 }
@@ -154,11 +200,46 @@ func updatePart[T number](w *uint64, s uint64, a, b uint, op verbs.AccOp) uint64
 // operand's elements at the same places of word s.
 func combine[T number](o, s uint64, a, b uint, op verbs.AccOp) uint64 {
 	var zero T
-	size := uint(unsafe.Sizeof(zero))
-	for sh := a; sh < b; sh += size {
-		o = withElem(o, sh, Reduce(op, elemAt[T](o, sh), elemAt[T](s, sh)))
+	bits := 8 * uint(unsafe.Sizeof(zero))
+	if bits == 64 {
+		return toBits(Reduce(op, fromBits[T](o), fromBits[T](s)))
+	}
+	m := ^uint64(0) >> (64 - 8*(b-a)) << (8 * a) // the bytes [a, b)
+	if !isFloat[T]() {
+		// Whole-word forms of the integer operations that act on each
+		// lane alike.
+		switch op {
+		case verbs.AccSum: // lane-wise addition: carries stop at each lane's top bit
+			h := highBits(bits)
+			sum := (o&^h + s&^h) ^ ((o ^ s) & h)
+			return o&^m | sum&m
+		case verbs.AccBAnd:
+			return o & (s | ^m)
+		case verbs.AccBOr:
+			return o | s&m
+		case verbs.AccBXor:
+			return o ^ s&m
+		case verbs.AccReplace:
+			return o&^m | s&m
+		}
+	}
+	mask := uint64(1)<<bits - 1
+	for sh := 8 * a; sh < 8*b; sh += bits {
+		r := Reduce(op, fromBits[T](o>>sh&mask), fromBits[T](s>>sh&mask))
+		o = o&^(mask<<sh) | (toBits(r)&mask)<<sh
 	}
 	return o
+}
+
+// highBits is the top bit of every lane of a word of bits-bit lanes.
+func highBits(bits uint) uint64 {
+	switch bits {
+	case 8:
+		return 0x8080808080808080
+	case 16:
+		return 0x8000800080008000
+	}
+	return 0x8000000080000000
 }
 
 // Reduce combines the target's value t with the operand's value v: the
@@ -181,11 +262,11 @@ func Reduce[T number](op verbs.AccOp, t, v T) T {
 		}
 		return t
 	case verbs.AccBAnd:
-		return fromBits[T](bitsOf(t) & bitsOf(v))
+		return fromBits[T](toBits(t) & toBits(v))
 	case verbs.AccBOr:
-		return fromBits[T](bitsOf(t) | bitsOf(v))
+		return fromBits[T](toBits(t) | toBits(v))
 	case verbs.AccBXor:
-		return fromBits[T](bitsOf(t) ^ bitsOf(v))
+		return fromBits[T](toBits(t) ^ toBits(v))
 	case verbs.AccReplace:
 		return v
 	}
@@ -197,24 +278,26 @@ func isFloat[T number]() bool {
 	return one/2*2 != 0 // 0.5*2 = 1 for floats, 0*2 = 0 for integers
 }
 
-// bitsOf is v's memory, zero-extended to 64 bits (little-endian machines).
-func bitsOf[T number](v T) uint64 {
-	var w uint64
-	*(*T)(unsafe.Pointer(&w)) = v
-	return w
+// toBits is v's bits (integers sign-extended; the caller masks them).
+func toBits[T number](v T) uint64 {
+	var zero T
+	if isFloat[T]() {
+		if unsafe.Sizeof(zero) == 4 {
+			return uint64(math.Float32bits(float32(v)))
+		}
+		return math.Float64bits(float64(v))
+	}
+	return uint64(v)
 }
 
-func fromBits[T number](w uint64) T { return *(*T)(unsafe.Pointer(&w)) }
-
-// elemAt extracts the element at byte shift sh of word w.
-func elemAt[T number](w uint64, sh uint) T { return fromBits[T](w >> (8 * sh)) }
-
-// withElem replaces the element at byte shift sh of word w by v.
-func withElem[T number](w uint64, sh uint, v T) uint64 {
-	size := uint(unsafe.Sizeof(v))
-	mask := ^uint64(0)
-	if size < 8 {
-		mask = uint64(1)<<(8*size) - 1
+// fromBits is the element whose bits are the low bits of w.
+func fromBits[T number](w uint64) T {
+	var zero T
+	if isFloat[T]() {
+		if unsafe.Sizeof(zero) == 4 {
+			return T(math.Float32frombits(uint32(w)))
+		}
+		return T(math.Float64frombits(w))
 	}
-	return w&^(mask<<(8*sh)) | (bitsOf(v)&mask)<<(8*sh)
+	return T(w)
 }

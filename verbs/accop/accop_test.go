@@ -13,8 +13,8 @@ import (
 
 var allOps = []verbs.AccOp{verbs.AccSum, verbs.AccProd, verbs.AccMin, verbs.AccMax, verbs.AccBAnd, verbs.AccBOr, verbs.AccBXor, verbs.AccReplace, verbs.AccNoOp}
 
-// words makes 8-byte aligned memory of n words as elements of T.
-func words[T number](n int) []T {
+// wordsOf makes 8-byte aligned memory of n words as elements of T.
+func wordsOf[T number](n int) []T {
 	var zero T
 	w := make([]uint64, n)
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(w))), n*8/int(unsafe.Sizeof(zero)))
@@ -31,7 +31,7 @@ func same[T number](a, b T) bool { return a == b || (a != a && b != b) }
 // 3-word memory and compares with Reduce element by element: the old
 // values, the new values, and the untouched elements outside.
 func checkType[T number](t *testing.T, typ verbs.ElemType, vals []T) {
-	mem := words[T](3)
+	mem := wordsOf[T](3)
 	g := len(mem)
 	for _, op := range allOps {
 		if !op.Valid(typ) {
@@ -96,7 +96,7 @@ func TestNaNRules(t *testing.T) {
 		{verbs.AccMin, 1, 2, false, 1},
 		{verbs.AccMax, 1, 2, false, 2},
 	} {
-		mem := words[float64](1)
+		mem := wordsOf[float64](1)
 		mem[0] = c.tv
 		var src [8]byte
 		binary.LittleEndian.PutUint64(src[:], math.Float64bits(c.v))
@@ -113,7 +113,7 @@ func TestNaNRules(t *testing.T) {
 func TestApplyConcurrent(t *testing.T) {
 	const g, k = 4, 300
 	t.Run("int32 sum", func(t *testing.T) {
-		mem := words[int32](4) // 8 elements
+		mem := wordsOf[int32](4) // 8 elements
 		ones := make([]int32, 7)
 		for i := range ones {
 			ones[i] = 1
@@ -147,7 +147,7 @@ func TestApplyConcurrent(t *testing.T) {
 		}
 	})
 	t.Run("int64 sum and fetch-add", func(t *testing.T) {
-		mem := words[int64](3)
+		mem := wordsOf[int64](3)
 		src := asBytes([]int64{1, 1, 1})
 		var wg sync.WaitGroup
 		olds := make([][]int64, g)
