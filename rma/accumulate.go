@@ -169,7 +169,9 @@ func (win *Window[T]) FetchAndOp(value T, target, disp int, op Op) (T, error) {
 	in[0] = value
 	err := checkOp[T](op, true)
 	if err == nil {
-		err = win.accumulate(in[:], out[:], target, disp, op)
+		// One element: the NIC-style atomics take one round trip as a bulk
+		// request does, and keep in and out on the stack.
+		_, err = win.wordAccumulate(in[:], out[:], target, disp, op)
 	}
 	return out[0], win.accErr("FetchAndOp", op, target, disp, err)
 }
@@ -251,10 +253,16 @@ func (win *Window[T]) accumulate(origin, result []T, target, disp int, op Op) er
 // 8-byte integers without results return a pending request; the
 // compare-and-swap loop returns complete.
 func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op) (Request, error) {
-	w := win.w
-	if w.bulkAcc && win.bulkWorthIt(len(origin), result != nil, op) {
+	if win.w.bulkAcc && win.bulkWorthIt(len(origin), op) {
 		return win.bulkAccumulate(origin, result, target, disp, op)
 	}
+	return win.wordAccumulate(origin, result, target, disp, op)
+}
+
+// wordAccumulate runs an accumulate with the NIC's 8-byte atomics (it
+// keeps no reference to origin or result once it returns).
+func (win *Window[T]) wordAccumulate(origin, result []T, target, disp int, op Op) (Request, error) {
+	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
 	if err := win.beginAtomics(target, disp, len(origin)); err != nil || len(origin) == 0 {

@@ -106,15 +106,18 @@ func BenchmarkAccumulateLarge(b *testing.B) {
 	})
 }
 
-// BenchmarkFetchAndOpModes measures FetchAndOp on one int64 element, bulk
-// and per-word atomics: Sum (a NIC fetch-and-add either way) and Max.
-func BenchmarkFetchAndOpModes(b *testing.B) {
+// BenchmarkGetAccumulateOne measures GetAccumulate of one int64 element,
+// bulk and per-word atomics: Sum (a NIC fetch-and-add either way) and Max
+// (a bulk request, or a compare-and-swap round). FetchAndOp always takes
+// the per-word atomics.
+func BenchmarkGetAccumulateOne(b *testing.B) {
 	for _, op := range []rma.Op{rma.Sum, rma.Max} {
 		for _, m := range modes {
 			b.Run(op.String()+"/"+m.name, func(b *testing.B) {
 				accBench(b, 4, m.bulk, func(win, src *rma.Window[int64]) error {
+					res := make([]int64, 1)
 					for i := 0; i < b.N; i++ {
-						if _, err := win.FetchAndOp(int64(i), 1, 2, op); err != nil {
+						if err := win.GetAccumulate(src.Local()[:1], res, 1, 2, op); err != nil {
 							return err
 						}
 					}
