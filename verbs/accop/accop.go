@@ -36,8 +36,8 @@ import (
 // to them is never lost). op must be valid for t (verbs.AccOp.Valid).
 // Apply allocates nothing.
 func Apply(dst unsafe.Pointer, n int, src, old []byte, op verbs.AccOp, t verbs.ElemType) {
-	if n <= 0 {
-		return
+	if n <= 0 || op == verbs.AccNoOp && old == nil {
+		return // nothing to change or to return
 	}
 	switch t {
 	case verbs.Int8:

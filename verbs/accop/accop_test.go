@@ -80,6 +80,18 @@ func TestApplyEveryOpAndType(t *testing.T) {
 	checkType(t, verbs.Float64, []float64{0, 1.5, -2, nan64, math.Inf(1), math.Inf(-1), 1e300, -0.25})
 }
 
+// TestNoOpWithoutOld: NoOp with nowhere to put the old values does
+// nothing (a responder may be sent one).
+func TestNoOpWithoutOld(t *testing.T) {
+	mem := wordsOf[int64](3)
+	mem[1] = 7
+	Apply(unsafe.Pointer(&mem[0]), 24, nil, nil, verbs.AccNoOp, verbs.Int64)
+	Apply(unsafe.Pointer(&mem[0]), 12, nil, nil, verbs.AccNoOp, verbs.Int32)
+	if mem[0] != 0 || mem[1] != 7 || mem[2] != 0 {
+		t.Fatalf("%v", mem)
+	}
+}
+
 // TestNaNRules pins Min and Max with NaN on either side: NaN wins.
 func TestNaNRules(t *testing.T) {
 	nan := math.NaN()

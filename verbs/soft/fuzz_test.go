@@ -26,6 +26,7 @@ func FuzzResponder(f *testing.F) {
 	add(frame{kind: kReqAcc, len: 3, rkey: 1, addr: 127, arg0: uint64(verbs.AccMax) | uint64(verbs.Uint8)<<8}, []byte{9, 9, 9})
 	add(frame{kind: kReqAccFetch, len: 8, rkey: 1, addr: 36, arg0: uint64(verbs.AccReplace) | uint64(verbs.Float32)<<8}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
 	add(frame{kind: kReqAccFetch, len: 16, rkey: 1, addr: 32, arg0: uint64(verbs.AccNoOp) | uint64(verbs.Int16)<<8}, nil)
+	add(frame{kind: kReqAcc, len: 16, rkey: 1, addr: 32, arg0: uint64(verbs.AccNoOp) | uint64(verbs.Int64)<<8}, nil)
 	add(frame{kind: kRespAck, seq: 1}, nil)
 	f.Add([]byte("garbage"))
 
