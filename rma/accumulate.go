@@ -115,10 +115,14 @@ func withElem[T Number](w uint64, sh uint, v T) uint64 {
 	return w&^(mask<<(8*sh)) | (bitsOf(v)&mask)<<(8*sh)
 }
 
-// Accumulates go through the NIC's 8-byte atomics, for every element type
-// and operation, so that all accumulates to a location, including a rank's
-// own, are done by one agent and are element-wise atomic against each
-// other:
+// On a provider that executes bulk accumulates (the soft provider, see
+// bulk.go), an accumulate of more than one word is one request carrying
+// the operand, applied at the target element by element with the same
+// atomics the target's provider runs for fetch-and-add and
+// compare-and-swap. Otherwise, and for a single word, accumulates go
+// through the NIC's 8-byte atomics, for every element type and operation,
+// so that all accumulates to a location, including a rank's own, are done
+// by one agent and are element-wise atomic against each other:
 //   - Sum on 8-byte integers is a fetch-and-add per element, posted without
 //     waiting;
 //   - everything else is a compare-and-swap loop on each 8-byte word that
@@ -133,9 +137,8 @@ func withElem[T Number](w uint64, sh uint, v T) uint64 {
 // Accumulate combines origin into rank target's window at displacement disp
 // with op, element by element, atomically per element with respect to other
 // accumulates using the same op or NoOp (MPI's default "same_op_no_op").
-// Like Put it needs an open access epoch; unlike Put it has completed at the
-// target when it returns, except Sum on 8-byte integers, which completes at
-// the next synchronization.
+// Like Put it needs an open access epoch, and like Put it may complete only
+// at the next synchronization (origin must not be modified before then).
 func (win *Window[T]) Accumulate(origin []T, target, disp int, op Op) error {
 	err := checkOp[T](op, false)
 	if err == nil {
@@ -166,7 +169,9 @@ func (win *Window[T]) FetchAndOp(value T, target, disp int, op Op) (T, error) {
 	in[0] = value
 	err := checkOp[T](op, true)
 	if err == nil {
-		err = win.accumulate(in[:], out[:], target, disp, op)
+		// One element: the NIC-style atomics take one round trip as a bulk
+		// request does, and keep in and out on the stack.
+		_, err = win.wordAccumulate(in[:], out[:], target, disp, op)
 	}
 	return out[0], win.accErr("FetchAndOp", op, target, disp, err)
 }
@@ -237,13 +242,26 @@ func errSizes(origin, result int) error {
 }
 
 func (win *Window[T]) accumulate(origin, result []T, target, disp int, op Op) error {
-	_, err := win.accumulateReq(origin, result, target, disp, op)
+	req, err := win.accumulateReq(origin, result, target, disp, op)
+	if err == nil && result != nil {
+		err = req.Wait() // the old values are in result when it returns
+	}
 	return err
 }
 
-// accumulateReq runs an accumulate; only Sum on 8-byte integers without
-// results returns a pending request, everything else returns complete.
+// accumulateReq runs an accumulate. Bulk accumulates (bulk.go) and Sum on
+// 8-byte integers without results return a pending request; the
+// compare-and-swap loop returns complete.
 func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op) (Request, error) {
+	if win.w.bulkAcc && win.bulkWorthIt(len(origin), op) {
+		return win.bulkAccumulate(origin, result, target, disp, op)
+	}
+	return win.wordAccumulate(origin, result, target, disp, op)
+}
+
+// wordAccumulate runs an accumulate with the NIC's 8-byte atomics (it
+// keeps no reference to origin or result once it returns).
+func (win *Window[T]) wordAccumulate(origin, result []T, target, disp int, op Op) (Request, error) {
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()

@@ -63,6 +63,11 @@ type World struct {
 
 	atomicMu sync.Mutex // guards atom
 	atom     *atomArea
+
+	// bulkAcc: the provider executes bulk accumulates (bulk.go), fetching
+	// ones of up to maxFetch bytes.
+	bulkAcc  bool
+	maxFetch int
 }
 
 // atomWords is the size, in 8-byte words, of the registered area where the
@@ -210,6 +215,7 @@ func initWith(b transport.Bootstrap, opt transport.Options) (*World, error) {
 		return nil, err
 	}
 	w := &World{f: f, topo: topo}
+	w.bulkAcc, w.maxFetch = f.BulkAccumulate()
 	if w.stage, err = newStager(w); err != nil {
 		f.Close()
 		return nil, err

@@ -91,9 +91,10 @@ const (
 	OpSend                          // two-sided send into the target's next receive buffer
 	OpRecv                          // completion of a receive that took a send
 	OpRecvImm                       // completion of a receive consumed by a write with immediate
+	OpAccumulate                    // rmago extension: element-wise accumulate of the SGL's operand into remote memory (see Accumulate)
 )
 
-var opNames = [...]string{"invalid", "write", "write-imm", "read", "fetch-add", "compare-swap", "send", "recv", "recv-imm"}
+var opNames = [...]string{"invalid", "write", "write-imm", "read", "fetch-add", "compare-swap", "send", "recv", "recv-imm", "accumulate"}
 
 func (o Opcode) String() string {
 	if int(o) < len(opNames) {
@@ -181,6 +182,12 @@ type DeviceAttr struct {
 	MTU        int       // active path MTU in bytes
 	LinkLayer  string    // "InfiniBand", "Ethernet" (RoCE) or "TCP"
 	PortActive bool      // the port is up
+	// Accumulate: the provider executes OpAccumulate (an rmago
+	// extension, see Accumulate), up to MaxFetchAccumulate bytes per
+	// fetching request. NIC-only providers (ibv) leave it false: callers
+	// then build accumulates from OpFetchAdd and OpCompareSwap.
+	Accumulate         bool
+	MaxFetchAccumulate int
 	// PostCopiesPayload: every write's and send's payload has been taken
 	// when PostSend returns (the soft provider writes it to its socket),
 	// so a request never needs its source buffer afterwards and is
@@ -453,16 +460,17 @@ const (
 // SendWR is a send work request, as struct ibv_send_wr. Callers reuse their
 // requests and SGE arrays; providers keep no reference after PostSend returns.
 type SendWR struct {
-	ID         uint64    // returned in the completion
-	Next       *SendWR   // next request of a chain, or nil
-	Op         Opcode    // operation
-	Flags      SendFlags // Signaled, Inline, Fence
-	SGL        []SGE     // local memory: source of writes and sends, destination of reads and atomics (8 bytes)
-	RemoteAddr uint64    // target address: writes, reads, atomics
-	RKey       uint32    // target region's remote key
-	Imm        uint32    // immediate data (OpWriteImm)
-	CompareAdd uint64    // fetch-add: the addend; compare-swap: the value compared
-	Swap       uint64    // compare-swap: the value stored when equal
+	ID         uint64     // returned in the completion
+	Next       *SendWR    // next request of a chain, or nil
+	Op         Opcode     // operation
+	Flags      SendFlags  // Signaled, Inline, Fence
+	SGL        []SGE      // local memory: source of writes and sends, destination of reads and atomics (8 bytes)
+	RemoteAddr uint64     // target address: writes, reads, atomics
+	RKey       uint32     // target region's remote key
+	Imm        uint32     // immediate data (OpWriteImm)
+	CompareAdd uint64     // fetch-add: the addend; compare-swap: the value compared
+	Swap       uint64     // compare-swap: the value stored when equal
+	Acc        Accumulate // OpAccumulate: the reduction, element type and whether the old values come back
 }
 
 // RecvWR is a receive work request, as struct ibv_recv_wr.
@@ -491,3 +499,92 @@ func (wc *WC) Err() error {
 	}
 	return fmt.Errorf("%w (%s, wr %d, qp %d)", wc.Status.Err(), wc.Op, wc.ID, wc.QPN)
 }
+
+// Accumulate describes an OpAccumulate request, an rmago extension that
+// libibverbs does not have: the request carries its operand like a write
+// (the SGL, whole elements of Type, each SGE a whole number of them) and
+// the target's provider combines it into the remote memory at (RemoteAddr,
+// RKey) with Op, element by element, each element atomically with respect
+// to every other atomic the target's provider runs on it (OpFetchAdd,
+// OpCompareSwap, other accumulates). RemoteAddr must be a multiple of the
+// element size, and the region must allow AccessRemoteAtomic and contain
+// the 8-byte aligned words that hold the elements (the unit atomics work
+// on); a refusal completes with StatusRemoteAccess (key, access, bounds)
+// or StatusRemoteOp (alignment, an operation the type does not have), the
+// target memory untouched. With Fetch, the elements' old values replace
+// the operand in the SGL, which then needs AccessLocalWrite, and the
+// request carries at most DeviceAttr.MaxFetchAccumulate bytes; with
+// AccNoOp the operand is not sent (an atomic read).
+//
+// Requests execute in queue-pair order, so accumulates from one origin to
+// one target apply in the order posted. Only providers whose responder is
+// software (DeviceAttr.Accumulate: soft) execute it; on a NIC-only provider
+// a caller does what MPI libraries do over hardware atomics: one
+// OpFetchAdd per 8-byte integer sum, a compare-and-swap loop on each word
+// otherwise.
+type Accumulate struct {
+	Op    AccOp
+	Type  ElemType
+	Fetch bool
+}
+
+// AccOp is the reduction of an OpAccumulate. The values match rma.Op.
+type AccOp uint8
+
+// Reductions. On floats, Min and Max return NaN if either side is NaN;
+// BAnd, BOr and BXor are for integer types only.
+const (
+	AccSum     AccOp = iota + 1 // target + operand
+	AccProd                     // target * operand
+	AccMin                      // min(target, operand)
+	AccMax                      // max(target, operand)
+	AccBAnd                     // target & operand
+	AccBOr                      // target | operand
+	AccBXor                     // target ^ operand
+	AccReplace                  // operand
+	AccNoOp                     // target unchanged
+)
+
+// Valid reports whether op is one of the reductions, and allowed on t.
+func (op AccOp) Valid(t ElemType) bool {
+	if op < AccSum || op > AccNoOp || t.Size() == 0 {
+		return false
+	}
+	return !t.Float() || op < AccBAnd || op > AccBXor
+}
+
+// ElemType is the element type of an OpAccumulate: little-endian two's
+// complement integers or IEEE 754 floats.
+type ElemType uint8
+
+// Element types.
+const (
+	Int8 ElemType = iota + 1
+	Int16
+	Int32
+	Int64
+	Uint8
+	Uint16
+	Uint32
+	Uint64
+	Float32
+	Float64
+)
+
+// Size is the element size in bytes, 0 for an invalid type.
+func (t ElemType) Size() int {
+	switch t {
+	case Int8, Uint8:
+		return 1
+	case Int16, Uint16:
+		return 2
+	case Int32, Uint32, Float32:
+		return 4
+	case Int64, Uint64, Float64:
+		return 8
+	}
+	return 0
+}
+
+// Float reports whether t is a floating-point type.
+func (t ElemType) Float() bool { return t == Float32 || t == Float64 }

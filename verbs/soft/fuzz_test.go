@@ -22,6 +22,11 @@ func FuzzResponder(f *testing.F) {
 	add(frame{kind: kReqRead, len: 8}, nil)
 	add(frame{kind: kReqFAA, len: 8, arg0: 1}, nil)
 	add(frame{kind: kReqCAS, len: 8, arg0: 0, arg1: 9}, nil)
+	add(frame{kind: kReqAcc, len: 8, rkey: 1, addr: 40, arg0: uint64(verbs.AccSum) | uint64(verbs.Int64)<<8}, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+	add(frame{kind: kReqAcc, len: 3, rkey: 1, addr: 127, arg0: uint64(verbs.AccMax) | uint64(verbs.Uint8)<<8}, []byte{9, 9, 9})
+	add(frame{kind: kReqAccFetch, len: 8, rkey: 1, addr: 36, arg0: uint64(verbs.AccReplace) | uint64(verbs.Float32)<<8}, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	add(frame{kind: kReqAccFetch, len: 16, rkey: 1, addr: 32, arg0: uint64(verbs.AccNoOp) | uint64(verbs.Int16)<<8}, nil)
+	add(frame{kind: kReqAcc, len: 16, rkey: 1, addr: 32, arg0: uint64(verbs.AccNoOp) | uint64(verbs.Int64)<<8}, nil)
 	add(frame{kind: kRespAck, seq: 1}, nil)
 	f.Add([]byte("garbage"))
 
@@ -74,9 +79,8 @@ func FuzzResponder(f *testing.F) {
 			}
 		}
 		for len(q.respCh) > 0 {
-			if r := <-q.respCh; r.reg != nil {
-				r.reg.inUse.RUnlock()
-			}
+			r := <-q.respCh
+			r.sent(q)
 		}
 		if !bytes.Equal(mem[:guard], make([]byte, guard)) || !bytes.Equal(mem[2*guard:], make([]byte, guard)) {
 			t.Fatalf("memory outside the region changed")

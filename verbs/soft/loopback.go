@@ -97,6 +97,10 @@ func (q *qp) executeLoop(f *frame, p *pending, payload *[maxSGE][]byte, nseg int
 			return st
 		}
 		binary.LittleEndian.PutUint64(p.seg[0], old)
+	case kReqAcc, kReqAccFetch:
+		if st := q.executeLoopAcc(f, p, payload, nseg); st != verbs.StatusSuccess {
+			return st
+		}
 	}
 	release()
 	return verbs.StatusSuccess

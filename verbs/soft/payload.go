@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -38,13 +39,28 @@ type inFrame struct {
 	nseg   int
 	i      int
 	left   int     // bytes to drain unread (a refused request's payload)
-	reg    *region // a write's target region, held until the payload is in
+	reg    *region // a write's or accumulate's target region, held until the payload is in
+	// An accumulate's operand is applied as it arrives (accumulate.go).
+	acc     bool
+	accDst  unsafe.Pointer // the first target element
+	accN    int            // operand bytes
+	accOff  int            // bytes applied so far
+	accOp   verbs.AccOp
+	accType verbs.ElemType
+	accOld  []byte // a fetching accumulate's old values (a fetch buffer)
 }
 
 // resumable reports whether f, just read from fr, is received in pieces.
 func (q *qp) resumable(fr frameReader, f *frame) bool {
-	return q.rx != nil && fr == frameReader(q.rx) && f.len >= resumeMin &&
-		(f.kind == kReqWrite || f.kind == kReqWriteImm || f.kind == kRespRead)
+	if q.rx == nil || fr != frameReader(q.rx) {
+		return false
+	}
+	if isAcc(f.kind) {
+		// Any accumulate with an operand: it is applied from the stream's
+		// buffer, so that nothing is copied twice.
+		return f.len > 0 && f.hasPayload()
+	}
+	return f.len >= resumeMin && (f.kind == kReqWrite || f.kind == kReqWriteImm || f.kind == kRespRead)
 }
 
 // begin starts receiving f's payload in pieces: it checks f as execute or
@@ -57,7 +73,7 @@ func (q *qp) begin(f *frame) error {
 		for q.pn > 0 && q.pend[q.phead].seq < f.seq {
 			q.completeHead(verbs.StatusSuccess)
 		}
-		if q.pn == 0 || q.pend[q.phead].seq != f.seq || q.pend[q.phead].op != verbs.OpRead || q.pend[q.phead].length != f.len {
+		if q.pn == 0 || q.pend[q.phead].seq != f.seq || !q.pend[q.phead].readsData() || q.pend[q.phead].length != f.len {
 			q.mu.Unlock()
 			c.active = false
 			return fmt.Errorf("%w: read response %d of %d bytes matches no read", errFrame, f.seq, f.len)
@@ -72,6 +88,9 @@ func (q *qp) begin(f *frame) error {
 	if q.nakSent.Load() {
 		c.left = int(f.len) // after a NAK, nothing more is executed
 		return nil
+	}
+	if isAcc(f.kind) {
+		return q.beginAcc(f)
 	}
 	r, b, st := q.target(f, verbs.AccessRemoteWrite)
 	if st != verbs.StatusSuccess {
@@ -100,6 +119,8 @@ func (q *qp) resume(waiter bool) (bool, error) {
 			if c.left > 0 {
 				err = s.fill()
 			}
+		case c.acc && c.accOff < c.accN:
+			err = q.resumeAcc(s)
 		case c.i < c.nseg:
 			d := c.dst[c.i]
 			var k int
@@ -138,7 +159,7 @@ func (q *qp) resume(waiter bool) (bool, error) {
 // finish completes the current frame once its payload is in.
 func (q *qp) finish() {
 	c := &q.cur
-	f, reg, read := c.f, c.reg, c.read
+	f, reg, read, old := c.f, c.reg, c.read, c.accOld
 	*c = inFrame{}
 	if read {
 		q.mu.Lock()
@@ -150,7 +171,9 @@ func (q *qp) finish() {
 	if reg != nil { // executed (else refused, or after a NAK: drained)
 		q.curReg.Store(nil)
 		reg.inUse.RUnlock()
-		if f.kind == kReqWriteImm && !q.deliver(nil, &f, verbs.OpRecvImm) {
+		if isAcc(f.kind) {
+			q.accDone(&f, old)
+		} else if f.kind == kReqWriteImm && !q.deliver(nil, &f, verbs.OpRecvImm) {
 			q.nak(nil, &f, verbs.StatusRNR)
 		} else if f.flags&flagAck != 0 {
 			q.respond(response{f: frame{kind: kRespAck, seq: f.seq}})
@@ -165,6 +188,9 @@ func (q *qp) dropFrame() {
 	if r := q.cur.reg; r != nil {
 		q.curReg.Store(nil)
 		r.inUse.RUnlock()
+	}
+	if q.cur.accOld != nil {
+		q.putFetchBuf(q.cur.accOld)
 	}
 	q.cur = inFrame{}
 }

@@ -88,6 +88,7 @@ type qp struct {
 	rxHdr  [hdrLen]byte
 	rxDone bool                   // the stream is finished; under rxMu
 	cur    inFrame                // a payload received in pieces (payload.go); under rxMu
+	acc    accState               // the responder's accumulate buffers (accumulate.go)
 	curReg atomic.Pointer[region] // cur's target region, for Dereg (failHolders)
 
 	// fdMu guards the socket's descriptor against being closed during a

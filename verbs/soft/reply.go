@@ -16,8 +16,11 @@ type response struct {
 	f    frame
 	data []byte  // read response payload, straight from registered memory
 	reg  *region // released (inUse.RUnlock) once data is on the wire
-	off  int     // bytes of header and data already written
-	held bool    // off > 0 and the write lock is held for the rest (see flushResponses)
+	// pooled: data is a fetch buffer (accumulate.go), returned once on
+	// the wire.
+	pooled bool
+	off    int  // bytes of header and data already written
+	held   bool // off > 0 and the write lock is held for the rest (see flushResponses)
 }
 
 // respond sends a response to the peer. What the responder did to memory
@@ -69,9 +72,7 @@ func (q *qp) flushResponses() {
 	q.respQueued += n - sent
 	q.respMu.Unlock()
 	for i := range sent {
-		if r := q.resps[i].reg; r != nil {
-			r.inUse.RUnlock()
-		}
+		q.resps[i].sent(q)
 	}
 	for i := sent; i < n; i++ {
 		q.queueResponse(q.resps[i])
@@ -88,12 +89,20 @@ func (q *qp) queueResponse(r response) {
 	}
 }
 
-// drop lets go of a response that will not be sent (the queue pair is
-// closing): its region, and the write lock if it was held for it.
-func (r *response) drop(q *qp) {
+// sent lets go of what a response's data held once it is on the wire.
+func (r *response) sent(q *qp) {
 	if r.reg != nil {
 		r.reg.inUse.RUnlock()
 	}
+	if r.pooled {
+		q.putFetchBuf(r.data)
+	}
+}
+
+// drop lets go of a response that will not be sent (the queue pair is
+// closing): what its data held, and the write lock if it was held for it.
+func (r *response) drop(q *qp) {
+	r.sent(q)
 	if r.held {
 		q.wrMu.Unlock()
 	}
@@ -142,12 +151,17 @@ func (q *qp) writeResponses() {
 		hdrs [batch][hdrLen]byte
 		bufs [2 * batch][]byte
 		regs [batch]*region
+		pool [batch][]byte // fetch buffers
 	)
 	release := func(n int) {
 		for i := 0; i < n; i++ {
 			if regs[i] != nil {
 				regs[i].inUse.RUnlock()
 				regs[i] = nil
+			}
+			if pool[i] != nil {
+				q.putFetchBuf(pool[i])
+				pool[i] = nil
 			}
 		}
 	}
@@ -184,6 +198,9 @@ func (q *qp) writeResponses() {
 				nbuf++
 			}
 			regs[n] = r.reg
+			if r.pooled {
+				pool[n] = r.data
+			}
 			n++
 			if n == batch {
 				break

@@ -18,6 +18,7 @@ type pending struct {
 	id       uint64
 	op       verbs.Opcode
 	signaled bool
+	fetch    bool // a fetching accumulate: its response carries the old values (accumulate.go)
 	length   uint32
 	nseg     int
 	seg      [maxSGE][]byte  // read and atomic destinations
@@ -129,6 +130,12 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		if wr.Op == verbs.OpCompareSwap {
 			f.kind, f.arg1 = kReqCAS, wr.Swap
 		}
+	case verbs.OpAccumulate:
+		n, err := q.prepAccumulate(wr, &f, &p, &payload)
+		if err != nil {
+			return err
+		}
+		total = n
 	default:
 		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, wr.Op)
 	}
@@ -176,7 +183,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	release()
 	q.bufs[q.nbufs] = h[:]
 	q.nbufs++
-	if f.kind == kReqWrite || f.kind == kReqWriteImm || f.kind == kReqSend {
+	if f.hasPayload() {
 		for i := range wr.SGL {
 			q.bufs[q.nbufs] = payload[i]
 			q.nbufs++
@@ -231,7 +238,7 @@ func (q *qp) complete(br frameReader, f *frame) error {
 	p := &q.pend[q.phead]
 	switch f.kind {
 	case kRespAck:
-		if p.op != verbs.OpWrite && p.op != verbs.OpWriteImm && p.op != verbs.OpSend {
+		if p.op != verbs.OpWrite && p.op != verbs.OpWriteImm && p.op != verbs.OpSend && (p.op != verbs.OpAccumulate || p.fetch) {
 			q.mu.Unlock()
 			return fmt.Errorf("%w: ack for a %v", errFrame, p.op)
 		}
@@ -252,7 +259,7 @@ func (q *qp) complete(br frameReader, f *frame) error {
 		q.fail(st, fmt.Errorf("%w: %s refused request %d (%v): %s", st.Err(), q.peer(), f.seq, op, nakWhy(st)))
 		return nil
 	case kRespRead:
-		if p.op != verbs.OpRead || p.length != f.len {
+		if !p.readsData() || p.length != f.len {
 			q.mu.Unlock()
 			return fmt.Errorf("%w: read response of %d bytes for a %v of %d", errFrame, f.len, p.op, p.length)
 		}

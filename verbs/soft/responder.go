@@ -9,7 +9,8 @@ import (
 
 // The responder: what the NIC does for the peer's requests. It checks the
 // rkey, protection domain, access and bounds of each request, then writes,
-// reads or runs the atomic on registered memory; the requests of a
+// reads, runs the atomic or applies the accumulate (accumulate.go) on
+// registered memory; the requests of a
 // loopback pair (loopback.go) run through the same functions.
 
 // target finds the region a request addresses and checks key, protection
@@ -118,6 +119,8 @@ func (q *qp) execute(br frameReader, f *frame) error {
 		}
 		q.respond(response{f: frame{kind: kRespAtomic, seq: f.seq, arg0: old}})
 		return nil
+	case kReqAcc, kReqAccFetch:
+		return q.executeAcc(br, f)
 	}
 	if f.flags&flagAck != 0 {
 		q.respond(response{f: frame{kind: kRespAck, seq: f.seq}})

@@ -265,6 +265,13 @@ func (s *rxStream) frameReady() bool {
 		need += n
 	case kReqSend:
 		need += n
+	case kReqAcc, kReqAccFetch:
+		if verbs.AccOp(h[32]) != verbs.AccNoOp { // the operand follows
+			if n >= resumeMin {
+				return true // applied in pieces (payload.go)
+			}
+			need += n
+		}
 	}
 	return s.buffered() >= need || s.buffered()+s.inq() >= need
 }

@@ -4,11 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/rmago/rmago/verbs"
 )
 
 // Wire format. Every frame on a queue pair's TCP connection is a fixed
 // 48-byte little-endian header, followed by Len payload bytes for the kinds
-// that carry data (write, write-imm, send requests; read responses).
+// that carry data (write, write-imm, send and accumulate requests, except
+// an accumulate with AccNoOp; read responses, which also carry a fetching
+// accumulate's old values).
 //
 //	off size field
 //	  0    1 kind      frame kind (below)
@@ -20,7 +24,8 @@ import (
 //	 16    8 addr      remote virtual address
 //	 24    4 rkey      remote key
 //	 28    4 imm       immediate data
-//	 32    8 arg0      fetch-add addend / compare-swap compare; atomic responses: the old value
+//	 32    8 arg0      fetch-add addend / compare-swap compare; atomic responses: the old value;
+//	                   accumulates: byte 0 the verbs.AccOp, byte 1 the verbs.ElemType
 //	 40    8 arg1      compare-swap swap value
 const hdrLen = 48
 
@@ -35,6 +40,8 @@ const (
 	kReqFAA      = 4
 	kReqCAS      = 5
 	kReqSend     = 6
+	kReqAcc      = 7  // accumulate (accumulate.go)
+	kReqAccFetch = 8  // accumulate whose old values come back in a kRespRead
 	kRespAck     = 16 // cumulative: completes every request up to seq
 	kRespRead    = 17 // read data follows
 	kRespAtomic  = 18 // arg0 holds the old value
@@ -102,6 +109,14 @@ func (f *frame) decode(b *[hdrLen]byte) error {
 		if f.status != 0 || f.len != 8 {
 			return fmt.Errorf("%w: atomic of %d bytes", errFrame, f.len)
 		}
+	case kReqAcc, kReqAccFetch:
+		op, t := accOf(f)
+		if f.status != 0 || f.imm != 0 || f.arg1 != 0 || f.arg0>>16 != 0 || !op.Valid(t) {
+			return fmt.Errorf("%w: accumulate with bad operation, type or fields", errFrame)
+		}
+		if f.kind == kReqAccFetch && f.len > maxFetchAcc {
+			return fmt.Errorf("%w: fetching accumulate of %d bytes", errFrame, f.len)
+		}
 	case kRespAck, kRespAtomic, kGoodbye:
 		if f.len != 0 || f.status != 0 || f.flags != 0 {
 			return fmt.Errorf("%w: response kind %d with length or status", errFrame, f.kind)
@@ -117,7 +132,7 @@ func (f *frame) decode(b *[hdrLen]byte) error {
 	default:
 		return fmt.Errorf("%w: unknown kind %d", errFrame, f.kind)
 	}
-	if f.flags != 0 && f.kind != kReqWrite && f.kind != kReqWriteImm && f.kind != kReqSend {
+	if f.flags != 0 && f.kind != kReqWrite && f.kind != kReqWriteImm && f.kind != kReqSend && f.kind != kReqAcc {
 		return fmt.Errorf("%w: flags on kind %d", errFrame, f.kind)
 	}
 	return nil
@@ -128,6 +143,8 @@ func (f *frame) hasPayload() bool {
 	switch f.kind {
 	case kReqWrite, kReqWriteImm, kReqSend, kRespRead:
 		return true
+	case kReqAcc, kReqAccFetch:
+		return verbs.AccOp(f.arg0) != verbs.AccNoOp
 	}
 	return false
 }
