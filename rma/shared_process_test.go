@@ -25,8 +25,9 @@ const leftoversEnv = "RMAGO_TEST_LEFTOVERS"
 // provider as processes it starts itself (no launcher, so that one can be
 // killed while the other lives on): after Free, and after the survivor's
 // Free once its peer was killed with SIGKILL, neither rank's segment is
-// mapped in the survivor's /proc/self/maps (TestSharedLeftoversRank
-// checks), every rank exits, and /dev/shm is as it was.
+// mapped in the survivor's /proc/self/maps, and after Close no shared
+// memory at all (TestSharedLeftoversRank checks); every rank exits, and
+// /dev/shm is as it was.
 func TestSharedNothingLeft(t *testing.T) {
 	if testing.Short() || rmatest.InProcesses() {
 		t.Skip("in -short mode, or already a rank")
@@ -118,7 +119,6 @@ func TestSharedLeftoversRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
 	me, peer := w.Rank(), 1-w.Rank()
 	win, err := rma.AllocateShared[int64](w, 1<<12)
 	if err != nil {
@@ -158,6 +158,11 @@ func TestSharedLeftoversRank(t *testing.T) {
 			b, _ := os.ReadFile("/proc/self/maps")
 			t.Fatalf("rank %d: %#x still mapped after Free (%s):\n%s", me, a, mode, b)
 		}
+	}
+	w.Close() // fails after the peer was killed: it cannot say goodbye
+	b, _ := os.ReadFile("/proc/self/maps")
+	if n := strings.Count(string(b), "memfd:rmago"); n != 0 {
+		t.Fatalf("rank %d: %d shared-memory mappings left after Close (%s):\n%s", me, n, mode, b)
 	}
 	fmt.Println("LEFTOVERS-OK", me)
 }
