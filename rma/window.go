@@ -115,16 +115,23 @@ type remoteWindow struct {
 // releases it. It is collective: if it fails on one rank (an invalid n, no
 // memory), it fails on every rank.
 func Allocate[T Number](w *World, n int) (*Window[T], error) {
+	return allocate[T](w, n, "Allocate", nil)
+}
+
+// allocate is Allocate for call; failed, if not nil, fails it on every
+// rank.
+func allocate[T Number](w *World, n int, call string, failed error) (*Window[T], error) {
 	var zero T
 	esize := int(unsafe.Sizeof(zero))
 	win := &Window[T]{w: w, kind: Allocated, esize: esize}
-	var failed error
-	if max := (1 << 40) / esize; n < 0 || n > max {
-		failed = fmt.Errorf("%w: Allocate of %d elements on rank %d (0 to %d allowed)", ErrSize, n, w.Rank(), max)
-	} else if n > 0 {
+	switch max := (1 << 40) / esize; {
+	case failed != nil:
+	case n < 0 || n > max:
+		failed = fmt.Errorf("%w: %s of %d elements on rank %d (0 to %d allowed)", ErrSize, call, n, w.Rank(), max)
+	case n > 0:
 		mem, err := transport.AllocMemory(n * esize)
 		if err != nil {
-			failed = fmt.Errorf("Allocate of %d elements on rank %d: %w", n, w.Rank(), err)
+			failed = fmt.Errorf("%s of %d elements on rank %d: %w", call, n, w.Rank(), err)
 		} else {
 			win.mem = mem
 			win.local = unsafe.Slice((*T)(mem.Ptr()), n)
@@ -410,6 +417,7 @@ func (win *Window[T]) quiesce() {
 // held, or the window not yet shared.
 func (win *Window[T]) release() {
 	win.freed = true
+	win.unmapPeers()
 	win.deregister()
 	if win.mem != nil {
 		win.mem.Free()

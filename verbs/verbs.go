@@ -302,6 +302,33 @@ type ErrorSetter interface {
 	SetError(cause error)
 }
 
+// ErrNotMappable means a peer's memory cannot be mapped into this process:
+// the provider reaches the peer through a network, or the memory is not
+// in shared memory (a created window's Go slice).
+var ErrNotMappable = errors.New("verbs: peer memory cannot be mapped into this process")
+
+// Mapper is implemented by queue pairs whose peer's registered memory can
+// be mapped into this process (the shm provider: node-local peers), so
+// that the program reaches it with plain loads and stores, as MPI's shared
+// windows (MPI_Win_shared_query) need.
+type Mapper interface {
+	// MapRemote returns the peer's memory of the region rkey from addr
+	// (the peer's address, as the region's requests name it) to the
+	// region's end, mapped read and write. The check is the one a request
+	// gets: a key that is not live, or lacks remote read and write access,
+	// fails with ErrRemoteAccess; memory that cannot be mapped with
+	// ErrNotMappable. The mapping stays until the queue pair is closed or
+	// the peer deregisters the region (a later request on the queue pair
+	// then unmaps it): the caller must not use the bytes after either.
+	MapRemote(rkey uint32, addr uint64) ([]byte, error)
+	// Unmap removes the mapping of the peer's region rkey, if there is
+	// one, and those of regions the peer has deregistered since they were
+	// mapped, whatever the queue pair's state: the owner of a window calls
+	// it when the window is freed. The bytes MapRemote returned for them
+	// must not be used after; requests map the region again if needed.
+	Unmap(rkey uint32)
+}
+
 // ConnManager is implemented by contexts that connect queue pairs on
 // demand, as the RDMA connection manager (rdma_cm) does: the context
 // listens at one endpoint, which a job publishes once per rank instead of

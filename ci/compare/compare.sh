@@ -3,8 +3,8 @@
 # and MPICH's, same protocols (ci/compare/pp.c), same machine, one run.
 #
 # Systems: rmago on the soft provider (separate processes under rmarun, TCP
-# loopback), Open MPI and MPICH forced onto TCP, and both MPIs on their
-# default shared memory. Repetitions are interleaved: ROUNDS rounds, each
+# loopback) and on the shm provider (shared memory), Open MPI and MPICH
+# forced onto TCP, and both MPIs on their default shared memory. Repetitions are interleaved: ROUNDS rounds, each
 # running every mode on every system with REPS repetitions per size (the
 # order of the systems rotates every round), so machine drift hits all
 # alike; the rounds are then pooled (ROUNDS*REPS repetitions per size, the
@@ -19,7 +19,7 @@
 #
 # Knobs (environment): ROUNDS=3 REPS=4 MINEXP=0 MAXEXP=20
 # MODES="fence3 fence2 pscw lock lockall get" MANY_NS="2 3 4" MANY_MAXEXP=16
-# SYSTEMS="rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=150
+# SYSTEMS="rmago-soft rmago-shm ompi-tcp mpich-tcp ompi-shm mpich-shm" TMO=150
 # COMPARE_NO_INSTALL=1 (skip apt-get) COMPARE_NO_DOCS=1 (do not touch docs/)
 # COMPARE_NO_OSU=1 (skip rmago's OSU-style part) MANY_NS="" (no one-to-many)
 # LOADMAX=1.5 LOADWAIT=60: before each one-to-one round, the one-to-many
@@ -39,7 +39,7 @@ MODES=${MODES:-"fence3 fence2 pscw lock lockall get"}
 MANY_NS=${MANY_NS-"2 3 4"}
 MANY_MAXEXP=${MANY_MAXEXP:-16}
 MANY_ITERS=${MANY_ITERS:-20}
-SYSTEMS=${SYSTEMS:-"rmago-soft ompi-tcp mpich-tcp ompi-shm mpich-shm"}
+SYSTEMS=${SYSTEMS:-"rmago-soft rmago-shm ompi-tcp mpich-tcp ompi-shm mpich-shm"}
 TMO=${TMO:-150}
 RAW=$OUT/raw
 START=$(date +%s)
@@ -86,6 +86,7 @@ mpicc.mpich -O2 -Wall -o "$OUT/pp_mpich" ci/compare/pp.c
 label() {
 	case $1 in
 	rmago-soft) echo "rmago soft (TCP)" ;;
+	rmago-shm) echo "rmago shm" ;;
 	ompi-tcp) echo "Open MPI TCP" ;;
 	mpich-tcp) echo "MPICH TCP" ;;
 	ompi-shm) echo "Open MPI shm" ;;
@@ -100,7 +101,7 @@ cmdline() {
 	[ "$n" -gt 2 ] && ompi="mpirun.openmpi --allow-run-as-root -np $n --oversubscribe --bind-to none"
 	local args="$bench $mode $lo $hi $REPS 1 $iters"
 	case $sys in
-	rmago-soft) echo "bin/rmarun -n $n -provider soft -quiet-prefix bin/pingpong $bench -mode $mode -min $lo -max $hi -reps $REPS -warmup 1 -iters $iters -no-progress -label '$(label "$sys")' -json $json" ;;
+	rmago-*) echo "bin/rmarun -n $n -provider ${sys#rmago-} -quiet-prefix bin/pingpong $bench -mode $mode -min $lo -max $hi -reps $REPS -warmup 1 -iters $iters -no-progress -label '$(label "$sys")' -json $json" ;;
 	ompi-tcp) echo "$ompi --mca pml ob1 --mca btl tcp,self --mca osc pt2pt $OUT/pp_ompi $args" ;;
 	mpich-tcp) echo "env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self mpirun.mpich -np $n $OUT/pp_mpich $args" ;;
 	ompi-shm) echo "$ompi $OUT/pp_ompi $args" ;;
@@ -115,7 +116,7 @@ run() {
 	local cmd rc=0
 	cmd=$(cmdline "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$RAW/$tag.json")
 	echo "$cmd" >>"$LOG"
-	if [ "$sys" = rmago-soft ]; then
+	if [ "${sys#rmago-}" != "$sys" ]; then
 		eval "timeout $TMO $cmd" >"$RAW/$tag.txt" 2>&1 || rc=$?
 	else
 		eval "timeout $TMO $cmd" >"$RAW/$tag.csv" 2>"$RAW/$tag.err" || rc=$?
@@ -168,21 +169,28 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 [ -n "${COMPARE_NO_OSU:-}" ] && OSU_SPECS="" || OSU_SPECS="put_latency:fence,lock,flush,lock_all,pscw get_latency:fence,lock,flush put_bw:flush acc_latency:flush fop_latency:flush cas_latency:flush"
-[ -n "$OSU_SPECS" ] && say "OSU-style suite, rmago (MPI's OSU 7.4 figures: docs/baselines.md)" && quiet "OSU-style suite"
-OSU="bin/rmarun -n 2 -provider soft -quiet-prefix bin/pingpong osu -no-progress -label 'rmago soft (TCP)'"
-for spec in $OSU_SPECS; do
-	set -- ${spec/:/ }
-	cmd="$OSU -b $1 -s $2 -m 8:1048576 -i 500 -x 50 -json $RAW/osu.$1.json"
-	[ "$1" = put_bw ] && cmd="$OSU -b $1 -s $2 -m 8:1048576 -json $RAW/osu.$1.json"
-	[ "$1" = acc_latency ] && cmd="$OSU -b $1 -s $2 -m 8:4096 -i 200 -x 20 -json $RAW/osu.$1.json"
-	echo "$cmd" >>"$LOG"
-	rc=0
-	eval "timeout $TMO $cmd" >"$RAW/osu.$1.txt" 2>&1 || rc=$?
-	if grep -q "DATA VERIFICATION FAILED" "$RAW/osu.$1.txt"; then
-		cat "$RAW/osu.$1.txt" >&2
-		exit 1
-	fi
-	[ $rc -eq 0 ] || echo "rmago osu $1 -s $2: exit $rc" >>"$OUT/problems.txt"
+# rmago's OSU-style part runs on each rmago system of SYSTEMS.
+OSU_SYS=""
+for sys in $SYSTEMS; do case $sys in rmago-*) OSU_SYS="$OSU_SYS $sys" ;; esac; done
+[ -z "$OSU_SYS" ] && OSU_SPECS=""
+[ -n "$OSU_SPECS" ] && say "OSU-style suite, rmago on$OSU_SYS (MPI's OSU 7.4 figures: docs/baselines.md)" && quiet "OSU-style suite"
+for sys in $OSU_SYS; do
+	OSU="bin/rmarun -n 2 -provider ${sys#rmago-} -quiet-prefix bin/pingpong osu -no-progress -label '$(label "$sys")'"
+	for spec in $OSU_SPECS; do
+		set -- ${spec/:/ }
+		j=$RAW/osu.$sys.$1
+		cmd="$OSU -b $1 -s $2 -m 8:1048576 -i 500 -x 50 -json $j.json"
+		[ "$1" = put_bw ] && cmd="$OSU -b $1 -s $2 -m 8:1048576 -json $j.json"
+		[ "$1" = acc_latency ] && cmd="$OSU -b $1 -s $2 -m 8:4096 -i 200 -x 20 -json $j.json"
+		echo "$cmd" >>"$LOG"
+		rc=0
+		eval "timeout $TMO $cmd" >"$j.txt" 2>&1 || rc=$?
+		if grep -q "DATA VERIFICATION FAILED" "$j.txt"; then
+			cat "$j.txt" >&2
+			exit 1
+		fi
+		[ $rc -eq 0 ] || echo "$(label "$sys") osu $1 -s $2: exit $rc" >>"$OUT/problems.txt"
+	done
 done
 
 say "merging, tables, plots"
@@ -197,7 +205,12 @@ for sys in $SYSTEMS; do
 	$PP import -o "$OUT/$sys.json" -system "$(label "$sys")" -provider $prov $files
 	JSONS+=("$OUT/$sys.json")
 done
-[ -n "$OSU_SPECS" ] && $PP import -o "$OUT/rmago-osu.json" -system "rmago soft (TCP)" "$RAW"/osu.*.json
+OSU_JSONS=()
+for sys in $OSU_SYS; do
+	[ -n "$OSU_SPECS" ] || break
+	$PP import -o "$OUT/osu-$sys.json" -system "$(label "$sys")" "$RAW"/osu."$sys".*.json
+	OSU_JSONS+=("$OUT/osu-$sys.json")
+done
 
 [ -n "${COMPARE_NO_DOCS:-}" ] && { say "done (COMPARE_NO_DOCS: docs untouched), results in $OUT"; exit 0; }
 
@@ -209,7 +222,7 @@ $PP plot -o docs/compare-onemany-by-n.svg -bench onemany -x ranks -size 8 -cols 
 # beside rmago's, in the one-to-one plot's order, so each system keeps its
 # colour.
 OSU_BASE=(ci/compare/baseline/osu-ompi-tcp.json ci/compare/baseline/osu-mpich-tcp.json ci/compare/baseline/osu-ompi-shm.json)
-$PP plot -o docs/compare-osu.svg -cols 3 "$OUT/rmago-osu.json" "${OSU_BASE[@]}" >/dev/null
+[ ${#OSU_JSONS[@]} -gt 0 ] && $PP plot -o docs/compare-osu.svg -cols 3 "${OSU_JSONS[@]}" "${OSU_BASE[@]}" >/dev/null
 
 GEN=$OUT/generated.md
 {
@@ -239,7 +252,7 @@ GEN=$OUT/generated.md
 	echo "rmago's OSU-style suite in this run; the MPIs' lines and columns are OSU 7.4 figures from an earlier run ([baselines.md](baselines.md)): compare with care."
 	echo
 	echo "![OSU-style](compare-osu.png)"
-	$PP table -bytes 8,1024,65536,1048576 "$OUT/rmago-osu.json" "${OSU_BASE[@]}"
+	[ ${#OSU_JSONS[@]} -gt 0 ] && $PP table -bytes 8,1024,65536,1048576 "${OSU_JSONS[@]}" "${OSU_BASE[@]}"
 	echo
 	echo "### Problems during the run"
 	echo

@@ -170,9 +170,11 @@ func (c *context) AllocPD() (verbs.PD, error) {
 }
 
 // SyncMemory orders this process's view of accesses made by requests of
-// its own queue pairs (verbs.MemorySyncer); peers in other processes need
-// nothing of the kind, their CPU atomics order themselves.
-func (c *context) SyncMemory() { acquire() }
+// its own queue pairs (verbs.MemorySyncer), and is a full memory fence for
+// the plain loads and stores programs make to shared memory (rma's Sync on
+// a shared window, MPI_Win_sync): a sequentially consistent
+// read-modify-write, LOCK XADD on amd64, LDADDAL on arm64.
+func (c *context) SyncMemory() { wireOrder.Add(0) }
 
 func (c *context) Close() error {
 	c.mu.Lock()
