@@ -12,6 +12,7 @@ type lockProtocol interface {
 	Unlock(target int, exclusive bool) error
 	LockAll() error
 	UnlockAll() error
+	Close() error
 }
 
 // pscwProtocol is the post-start-complete-wait protocol (sync/pscw).

@@ -420,6 +420,9 @@ func (win *Window[T]) release() {
 	if win.pscw != nil {
 		win.pscw.Close()
 	}
+	if win.locks != nil {
+		win.locks.Close() // releases posted without waiting
+	}
 	if win.ctrl != nil {
 		win.ctrl.Close()
 	}

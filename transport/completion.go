@@ -113,6 +113,18 @@ func (f *Fabric) Flush(r int) error {
 	return f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "flush", rank: r, seq: target, fails: true}, nil)
 }
 
+// Outstanding reports whether a request posted to rank r has not
+// completed yet (false for a rank nothing was posted to). A caller about to
+// post a release that only needs to follow completed work uses it to skip
+// waiting for the release.
+func (f *Fabric) Outstanding(r int) bool {
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return false
+	}
+	return p.done.Load() < p.posted.Load()
+}
+
 // FlushAll flushes every peer, the rank itself included.
 func (f *Fabric) FlushAll() error {
 	var errs []error

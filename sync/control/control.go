@@ -34,11 +34,17 @@ const (
 	PostBase = Scratch + ScratchWords
 )
 
-// LockResult is the first of the two result words where the old values
-// of the lock protocol's atomics for target t land (t == size: lock_all),
-// in a job of size ranks. Each target has its own pair, so that locks of
-// different targets may be taken concurrently.
-func LockResult(size, t int) int { return PostBase + size + 2*t }
+// LockSlotWords is the number of result words per lock target (and for
+// lock_all): two for the awaited atomics of a Lock or Unlock, and one each
+// for the target's and the leader's release atomics that Unlock posts
+// without waiting for them.
+const LockSlotWords = 4
+
+// LockResult is the first of the LockSlotWords result words where the old
+// values of the lock protocol's atomics for target t land (t == size:
+// lock_all), in a job of size ranks. Each target has its own words, so
+// that locks of different targets may be taken concurrently.
+func LockResult(size, t int) int { return PostBase + size + LockSlotWords*t }
 
 // CompleteFrom is the word that counts the PSCW access epochs rank r
 // completed toward this rank (r adds 1 when it completes), in a job of
