@@ -28,6 +28,6 @@ type pscwProtocol interface {
 }
 
 // newProtocols builds a window's lock and PSCW protocols over its control region.
-func newProtocols(c *control.Region) (lockProtocol, pscwProtocol) {
-	return lock.New(c), pscw.New(c)
+func newProtocols(c *control.Region, id uint16) (lockProtocol, pscwProtocol) {
+	return lock.New(c), pscw.New(c, id)
 }

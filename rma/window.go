@@ -270,7 +270,7 @@ func (win *Window[T]) setup(failed error) error {
 		win.release()
 		return err
 	}
-	win.locks, win.pscw = newProtocols(win.ctrl)
+	win.locks, win.pscw = newProtocols(win.ctrl, win.id)
 	win.flushes = make([]int, 0, size)
 	win.cflush = make([]int, 0, size)
 	return nil
