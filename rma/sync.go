@@ -75,7 +75,11 @@ func (win *Window[T]) syncCheck(call string, target int) error {
 // returns (puts are in the targets' memory, gets in the origin slices), and
 // every rank's puts into this rank's window are visible in Local. It opens
 // the next access epoch, unless assert has NoSucceed. It fails with
-// ErrEpochConflict while locks or a PSCW epoch are open.
+// ErrEpochConflict while locks or a PSCW epoch are open. Assertions remove
+// work: NoPrecede the flushes (and the second notification round, as no
+// rank put); NoPrecede|NoSucceed, which every rank must then give, every
+// message (the fence synchronizes nothing). NoStore and NoPut change
+// nothing here: rmago keeps no copies of window memory to refresh.
 //
 // Fence is collective and, unlike the other methods, must not run
 // concurrently with other calls on the window: one goroutine per rank
@@ -105,7 +109,13 @@ func (win *Window[T]) Fence(assert Assert) error {
 	puts := win.puts
 	win.puts, win.ops = false, false
 	win.mu.Unlock()
-	err := win.fence.Sync(win.flushes, puts)
+	var err error
+	// NoPrecede and NoSucceed together (given by every rank, as MPI
+	// requires of both): the fence neither ends nor starts an epoch with
+	// operations, so it synchronizes nothing and sends nothing.
+	if assert&(NoPrecede|NoSucceed) != NoPrecede|NoSucceed {
+		err = win.fence.Sync(win.flushes, puts)
+	}
 	if err == nil {
 		err = win.w.drainStage()
 	}
