@@ -522,12 +522,7 @@ func (win *Window[T]) Complete() error {
 	}
 	p := win.pscw
 	win.mu.Unlock()
-	var err error
-	for _, r := range win.cflush {
-		if err == nil {
-			err = win.w.f.Flush(r)
-		}
-	}
+	err := win.w.f.FlushRanks(win.cflush)
 	if err == nil {
 		err = win.w.drainStage()
 	}

@@ -53,10 +53,8 @@ func New(f *transport.Fabric, id uint16) *Fence {
 // Sync runs one fence. flush lists the ranks with reads or atomics to
 // complete; put says whether this rank put data since the last fence.
 func (x *Fence) Sync(flush []int, put bool) error {
-	for _, r := range flush {
-		if err := x.f.Flush(r); err != nil {
-			return err
-		}
+	if err := x.f.FlushRanks(flush); err != nil {
+		return err
 	}
 	anyPut, err := x.barrier(put)
 	if err != nil || !anyPut || x.f.Size() <= 2 {
