@@ -36,7 +36,7 @@ var ErrLockType = errors.New("rma: invalid lock type")
 
 // NoCheck (Lock, LockAll, Post, Start): the program guarantees that no
 // conflicting lock is held or requested meanwhile, or that the matching
-// Post has already happened; the library skips the protocol's atomics.
+// Post has already happened; the library skips the protocol's messages.
 const NoCheck Assert = 1 << 7
 
 // errf is an error wrapping sentinel that names this rank and window.
@@ -437,7 +437,7 @@ func (win *Window[T]) checkGroup(call string, group []int) error {
 
 // Post opens an exposure epoch of this rank's window to the ranks in group
 // (MPI_Win_post): they may access it after their matching Start, until
-// Wait. It tells each of them with one remote atomic. The window has one
+// Wait. It tells each of them with one notification. The window has one
 // exposure epoch at a time: a Post while another goroutine's exposure
 // epoch is open waits until Wait (or Test) ends it, bounded by the
 // fabric's timeout. It fails with ErrEpochConflict inside a fence epoch.
@@ -501,7 +501,7 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 
 // Complete ends the access epoch (MPI_Win_complete), whichever goroutine
 // started it: every operation to the group is complete at its target, and
-// each target is told with one remote atomic ordered after this rank's
+// each target is told with one notification ordered after this rank's
 // puts to it. Operations that other goroutines issue while it runs are
 // refused (ErrNoEpoch); accumulates already running finish first.
 func (win *Window[T]) Complete() error {
@@ -512,7 +512,7 @@ func (win *Window[T]) Complete() error {
 		return err
 	}
 	// Gets and atomics must be complete here; puts are ordered before the
-	// completion atomic by the queue pair.
+	// completion notification by the queue pair.
 	win.cflush = win.cflush[:0]
 	for r, yes := range win.reads {
 		if yes && win.ep.started[r] {

@@ -393,7 +393,7 @@ func (win *Window[T]) Free() error {
 }
 
 // quiesce completes this rank's outstanding work on the window (pending
-// operations, PSCW post atomics), errors ignored: the job is ending.
+// operations, unawaited lock releases), errors ignored: the job is ending.
 func (win *Window[T]) quiesce() {
 	win.mu.Lock()
 	clear(win.reads)

@@ -11,7 +11,7 @@
 // that succeeded, Wait and Test only after a Post, and never two calls of
 // one side at once; the exposure side (Post, Wait, Test) and the access
 // side (Start, Complete) may run in two goroutines at once. A fabric error
-// during Post or Complete leaves the counters undefined (the job is
+// during Post or Complete leaves the counts undefined (the job is
 // expected to end, as MPI's errors are fatal by default).
 //
 // A PSCW owns nothing to release; Close only refuses later calls.
