@@ -12,6 +12,7 @@ type lockProtocol interface {
 	Unlock(target int, exclusive bool) error
 	LockAll() error
 	UnlockAll() error
+	Close() error
 }
 
 // pscwProtocol is the post-start-complete-wait protocol (sync/pscw).
@@ -27,6 +28,6 @@ type pscwProtocol interface {
 }
 
 // newProtocols builds a window's lock and PSCW protocols over its control region.
-func newProtocols(c *control.Region) (lockProtocol, pscwProtocol) {
-	return lock.New(c), pscw.New(c)
+func newProtocols(c *control.Region, id uint16) (lockProtocol, pscwProtocol) {
+	return lock.New(c), pscw.New(c, id)
 }

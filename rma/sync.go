@@ -36,7 +36,7 @@ var ErrLockType = errors.New("rma: invalid lock type")
 
 // NoCheck (Lock, LockAll, Post, Start): the program guarantees that no
 // conflicting lock is held or requested meanwhile, or that the matching
-// Post has already happened; the library skips the protocol's atomics.
+// Post has already happened; the library skips the protocol's messages.
 const NoCheck Assert = 1 << 7
 
 // errf is an error wrapping sentinel that names this rank and window.
@@ -75,7 +75,11 @@ func (win *Window[T]) syncCheck(call string, target int) error {
 // returns (puts are in the targets' memory, gets in the origin slices), and
 // every rank's puts into this rank's window are visible in Local. It opens
 // the next access epoch, unless assert has NoSucceed. It fails with
-// ErrEpochConflict while locks or a PSCW epoch are open.
+// ErrEpochConflict while locks or a PSCW epoch are open. Assertions remove
+// work: NoPrecede the flushes (and the second notification round, as no
+// rank put); NoPrecede|NoSucceed, which every rank must then give, every
+// message (the fence synchronizes nothing). NoStore and NoPut change
+// nothing here: rmago keeps no copies of window memory to refresh.
 //
 // Fence is collective and, unlike the other methods, must not run
 // concurrently with other calls on the window: one goroutine per rank
@@ -105,7 +109,13 @@ func (win *Window[T]) Fence(assert Assert) error {
 	puts := win.puts
 	win.puts, win.ops = false, false
 	win.mu.Unlock()
-	err := win.fence.Sync(win.flushes, puts)
+	var err error
+	// NoPrecede and NoSucceed together (given by every rank, as MPI
+	// requires of both): the fence neither ends nor starts an epoch with
+	// operations, so it synchronizes nothing and sends nothing.
+	if assert&(NoPrecede|NoSucceed) != NoPrecede|NoSucceed {
+		err = win.fence.Sync(win.flushes, puts)
+	}
 	if err == nil {
 		err = win.w.drainStage()
 	}
@@ -427,7 +437,7 @@ func (win *Window[T]) checkGroup(call string, group []int) error {
 
 // Post opens an exposure epoch of this rank's window to the ranks in group
 // (MPI_Win_post): they may access it after their matching Start, until
-// Wait. It tells each of them with one remote atomic. The window has one
+// Wait. It tells each of them with one notification. The window has one
 // exposure epoch at a time: a Post while another goroutine's exposure
 // epoch is open waits until Wait (or Test) ends it, bounded by the
 // fabric's timeout. It fails with ErrEpochConflict inside a fence epoch.
@@ -491,7 +501,7 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 
 // Complete ends the access epoch (MPI_Win_complete), whichever goroutine
 // started it: every operation to the group is complete at its target, and
-// each target is told with one remote atomic ordered after this rank's
+// each target is told with one notification ordered after this rank's
 // puts to it. Operations that other goroutines issue while it runs are
 // refused (ErrNoEpoch); accumulates already running finish first.
 func (win *Window[T]) Complete() error {
@@ -502,7 +512,7 @@ func (win *Window[T]) Complete() error {
 		return err
 	}
 	// Gets and atomics must be complete here; puts are ordered before the
-	// completion atomic by the queue pair.
+	// completion notification by the queue pair.
 	win.cflush = win.cflush[:0]
 	for r, yes := range win.reads {
 		if yes && win.ep.started[r] {
@@ -512,12 +522,7 @@ func (win *Window[T]) Complete() error {
 	}
 	p := win.pscw
 	win.mu.Unlock()
-	var err error
-	for _, r := range win.cflush {
-		if err == nil {
-			err = win.w.f.Flush(r)
-		}
-	}
+	err := win.w.f.FlushRanks(win.cflush)
 	if err == nil {
 		err = win.w.drainStage()
 	}

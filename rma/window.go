@@ -277,7 +277,7 @@ func (win *Window[T]) setup(failed error) error {
 		win.release()
 		return err
 	}
-	win.locks, win.pscw = newProtocols(win.ctrl)
+	win.locks, win.pscw = newProtocols(win.ctrl, win.id)
 	win.flushes = make([]int, 0, size)
 	win.cflush = make([]int, 0, size)
 	return nil
@@ -400,7 +400,7 @@ func (win *Window[T]) Free() error {
 }
 
 // quiesce completes this rank's outstanding work on the window (pending
-// operations, PSCW post atomics), errors ignored: the job is ending.
+// operations, unawaited lock releases), errors ignored: the job is ending.
 func (win *Window[T]) quiesce() {
 	win.mu.Lock()
 	clear(win.reads)
@@ -427,6 +427,9 @@ func (win *Window[T]) release() {
 	win.local = nil
 	if win.pscw != nil {
 		win.pscw.Close()
+	}
+	if win.locks != nil {
+		win.locks.Close() // releases posted without waiting
 	}
 	if win.ctrl != nil {
 		win.ctrl.Close()

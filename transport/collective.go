@@ -46,7 +46,10 @@ const (
 	TagWorld  = 1 // world barrier
 	TagGather = 2 // allgather
 	TagFence  = 3 // window fence
-	TagUser   = 8 // first kind free for higher layers
+	// 4 is the failure notices' kind (propagate.go).
+	TagPost     = 5 // PSCW post: an exposure epoch opened to the receiver
+	TagComplete = 6 // PSCW complete: the sender's access epoch to the receiver ended
+	TagUser     = 8 // first kind free for higher layers
 )
 
 // MakeTag builds a notification tag from a kind (4 bits), an object id

@@ -113,8 +113,25 @@ func (f *Fabric) Flush(r int) error {
 	return f.waitFor(func() bool { return p.done.Load() >= target }, waitOp{what: "flush", rank: r, seq: target, fails: true}, nil)
 }
 
-// FlushAll flushes every peer, the rank itself included.
+// Outstanding reports whether a request posted to rank r has not
+// completed yet (false for a rank nothing was posted to). A caller about to
+// post a release that only needs to follow completed work uses it to skip
+// waiting for the release.
+func (f *Fabric) Outstanding(r int) bool {
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return false
+	}
+	return p.done.Load() < p.posted.Load()
+}
+
+// FlushAll flushes every peer, the rank itself included. The flush
+// requests are all posted before any is awaited, so the round trips
+// overlap.
 func (f *Fabric) FlushAll() error {
+	for r := range f.size {
+		f.postFlush(r)
+	}
 	var errs []error
 	for r := range f.size {
 		if err := f.Flush(r); err != nil {
@@ -122,6 +139,36 @@ func (f *Fabric) FlushAll() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// FlushRanks is Flush of each rank in ranks, the requests all posted
+// before any is awaited.
+func (f *Fabric) FlushRanks(ranks []int) error {
+	for _, r := range ranks {
+		f.postFlush(r)
+	}
+	var errs []error
+	for _, r := range ranks {
+		if err := f.Flush(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// postFlush posts Flush's request to rank r, if one is needed, without
+// waiting; the Flush that follows then only waits. Errors are left to it.
+func (f *Fabric) postFlush(r int) {
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return
+	}
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	if target := p.posted.Load(); p.done.Load() < target && p.lastSignaled < target {
+		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
+		_, _ = f.postLocked(p, &p.flushWR) // a failure: the Flush that follows reports it
+	}
 }
 
 // waitFor makes progress until cond holds (checked under f.mu). It fails

@@ -84,6 +84,44 @@ func (f *Fabric) Notify(r int, tag uint32) error {
 	return err
 }
 
+// NotifySignaled is Notify as a signalled request: it returns the
+// sequence number to Wait for, whose completion says the notification and
+// every request posted to r before it have completed.
+func (f *Fabric) NotifySignaled(r int, tag uint32) (uint64, error) {
+	p, err := f.peerOf(r)
+	if err != nil {
+		return 0, fmt.Errorf("notifying rank %d: %w", r, err)
+	}
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	p.noteWR = verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag, Flags: verbs.Signaled}
+	return f.postLocked(p, &p.noteWR)
+}
+
+// TakeNote consumes one notification with tag from rank r if one has
+// arrived, and reports whether it did. It does not make progress: callers
+// polling for notes drive the fabric with Progress (LocalWait).
+func (f *Fabric) TakeNote(tag uint32, r int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.notes[tag]
+	if t == nil || t.from[r] == 0 {
+		return false
+	}
+	t.from[r]--
+	t.n--
+	return true
+}
+
+// HasNote reports whether a notification with tag from rank r has
+// arrived and not been consumed, without consuming it or making progress.
+func (f *Fabric) HasNote(tag uint32, r int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.notes[tag]
+	return t != nil && t.from[r] > 0
+}
+
 // WaitNotify waits until count notifications with tag have arrived (from
 // any ranks) and consumes them. from lists the ranks expected to send one
 // each: if one of them fails or leaves the job before its notification

@@ -1,7 +1,7 @@
 // Package control describes a window's control region: a small registered
-// array of 8-byte words on every rank that the synchronization protocols
-// (sync/lock, sync/pscw) drive with remote atomics and writes, so that no
-// message ever needs the target's CPU. The target only reads its own words,
+// array of 8-byte words on every rank that the passive-target lock protocol
+// (sync/lock) drives with remote atomics, so that no message ever needs the
+// target's CPU (PSCW and fence use notifications instead). The target only reads its own words,
 // with atomic loads.
 package control
 
@@ -29,24 +29,25 @@ const (
 	// region.
 	Scratch      = 8
 	ScratchWords = 8
-	// PostBase + r counts the exposure epochs rank r posted to this rank
-	// (PSCW): rank r adds 1 here when it posts a group containing this rank.
-	PostBase = Scratch + ScratchWords
+	// LockBase is the first of the lock protocol's result words
+	// (LockResult).
+	LockBase = Scratch + ScratchWords
 )
 
-// LockResult is the first of the two result words where the old values
-// of the lock protocol's atomics for target t land (t == size: lock_all),
-// in a job of size ranks. Each target has its own pair, so that locks of
-// different targets may be taken concurrently.
-func LockResult(size, t int) int { return PostBase + size + 2*t }
+// LockSlotWords is the number of result words per lock target (and for
+// lock_all): two for the awaited atomics of a Lock or Unlock, and one each
+// for the target's and the leader's release atomics that Unlock posts
+// without waiting for them.
+const LockSlotWords = 4
 
-// CompleteFrom is the word that counts the PSCW access epochs rank r
-// completed toward this rank (r adds 1 when it completes), in a job of
-// size ranks.
-func CompleteFrom(size, r int) int { return LockResult(size, size+1) + r }
+// LockResult is the first of the LockSlotWords result words where the old
+// values of the lock protocol's atomics for target t land (t == size:
+// lock_all), in a job of size ranks. Each target has its own words, so
+// that locks of different targets may be taken concurrently.
+func LockResult(size, t int) int { return LockBase + LockSlotWords*t }
 
 // Words is the length of a control region, in words, for a job of size ranks.
-func Words(size int) int { return CompleteFrom(size, size) }
+func Words(size int) int { return LockResult(size, size+1) }
 
 // ExclusiveBit is the exclusive flag of a Lock word.
 const ExclusiveBit = uint64(1) << 63

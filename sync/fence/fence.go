@@ -1,42 +1,111 @@
 // Package fence is the fence synchronization of rmago windows
-// (MPI_Win_fence): one or two rounds of notifications among all ranks
-// (zero-length RDMA writes with immediate data), each following the
-// rank's puts down the same queue pairs. Protocol and costs:
+// (MPI_Win_fence): a round of notifications among all ranks (zero-length
+// RDMA writes with immediate data), each following the rank's puts down
+// the same queue pairs, and, when some rank put and the job has three
+// ranks or more, a second round that is a barrier only: all-to-all up to
+// DisseminationMin ranks, a dissemination barrier (ceil(log2 size) rounds
+// of one notification) from there. Protocol and costs:
 // docs/sync-protocols.md.
 //
 // It keeps no epoch state: package rma's state machine runs one Sync at a
 // time per window, once the epoch's operations have been issued.
 package fence
 
-import "github.com/rmago/rmago/transport"
+import (
+	"errors"
+
+	"github.com/rmago/rmago/transport"
+)
 
 // putBit marks a round-one notification from a rank that put data.
 const putBit = 2
+
+// stepShift places a dissemination step's number (1, 2, ...) in a tag's
+// caller bits, above putBit.
+const stepShift = 2
+
+// DisseminationMin is the job size from which the second round is a
+// dissemination barrier rather than all-to-all: below it, one round of
+// size-1 notifications costs less time than ceil(log2 size) dependent
+// rounds of one.
+const DisseminationMin = 8
 
 // Fence is one window's fence protocol: its id and its rounds so far.
 type Fence struct {
 	f     *transport.Fabric
 	id    uint16
 	round uint32 // barrier rounds so far: consecutive rounds alternate tags
+
+	// The running dissemination step's sender, and the iterator that tells
+	// the fabric's wait which ranks to watch (bound once: no allocation
+	// per wait).
+	from   int
+	fromFn func(yield func(int) bool)
 }
 
 // New returns the fence of the window with the given id (equal on every rank).
-func New(f *transport.Fabric, id uint16) *Fence { return &Fence{f: f, id: id} }
+func New(f *transport.Fabric, id uint16) *Fence {
+	x := &Fence{f: f, id: id}
+	x.fromFn = x.watch
+	return x
+}
 
 // Sync runs one fence. flush lists the ranks with reads or atomics to
 // complete; put says whether this rank put data since the last fence.
 func (x *Fence) Sync(flush []int, put bool) error {
-	for _, r := range flush {
-		if err := x.f.Flush(r); err != nil {
-			return err
-		}
+	if err := x.f.FlushRanks(flush); err != nil {
+		return err
 	}
 	anyPut, err := x.barrier(put)
 	if err != nil || !anyPut || x.f.Size() <= 2 {
 		return err
 	}
-	_, err = x.barrier(false)
-	return err
+	if x.f.Size() < DisseminationMin {
+		_, err = x.barrier(false)
+		return err
+	}
+	return x.disseminate()
+}
+
+// disseminate is a barrier in ceil(log2 size) steps: at step k (d = 2^k)
+// this rank notifies rank me+d and waits for rank me-d's notification, so
+// that after the last step every rank has heard, directly or through
+// others, from every rank. It orders nothing: round one has already
+// delivered every put.
+func (x *Fence) disseminate() error {
+	x.round++
+	f := x.f
+	n, me := f.Size(), f.Rank()
+	base := transport.MakeTag(transport.TagFence, x.id, x.round)
+	step := uint32(1)
+	for d := 1; d < n; d, step = 2*d, step+1 {
+		tag := base | step<<stepShift
+		if err := f.Notify((me+d)%n, tag); err != nil {
+			return err
+		}
+		x.from = (me - d + n) % n
+		if err := f.WaitNotify(tag, 1, x.fromFn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watch yields the ranks whose failure ends a dissemination step's wait:
+// the rank it waits for, and any rank that failed (not one that left in
+// order: a rank may leave once it is past the barrier).
+func (x *Fence) watch(yield func(int) bool) {
+	if !yield(x.from) {
+		return
+	}
+	for r := range x.f.Size() {
+		if r == x.from || r == x.f.Rank() {
+			continue
+		}
+		if err := x.f.Err(r); err != nil && !errors.Is(err, transport.ErrPeerGone) && !yield(r) {
+			return
+		}
+	}
 }
 
 // barrier is one round: a notification to every other rank, one awaited

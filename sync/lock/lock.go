@@ -146,37 +146,24 @@ func (l *Locks) pause(b *backoff, target int) error {
 }
 
 // Unlock releases this rank's lock on target, taken exclusive or not. The
-// caller has completed the operations it issued under the lock; the
-// release is ordered after every request this rank posted to target and
-// has completed when Unlock returns.
+// caller has completed the operations it issued under the lock, except
+// puts: the release is ordered after every request this rank posted to
+// target. If one of them is still outstanding, Unlock waits for the
+// release, whose completion implies theirs (one round trip); otherwise it
+// posts the release and returns without waiting (no round trip): a later
+// atomic of this rank to target or to the leader follows it down the same
+// queue pair, and Close waits for it.
 func (l *Locks) Unlock(target int, exclusive bool) error {
 	sl := &l.slots[target]
+	wait := l.f.Outstanding(target)
 	var err error
-	if !exclusive {
+	switch {
+	case !exclusive && wait:
 		_, err = sl.add(target, control.Lock, minusShared)
-	} else {
-		// Posted under the mutex: see Lock.
-		l.mu.Lock()
-		l.nexcl--
-		var seqT, seqG uint64
-		var errG error
-		seqT, err = sl.post(target, control.Lock, transport.FetchAddOp, release(l.me), 0, 0)
-		if err == nil {
-			seqG, errG = sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.minusOne(), 0, 1)
-		}
-		l.mu.Unlock()
-		if err == nil {
-			err = l.f.Wait(target, seqT)
-			// With target the leader, the Global release is queued behind
-			// the failed one: waiting for it would wait out a second
-			// timeout.
-			if errG == nil && (err == nil || target != Leader) {
-				if errG = l.f.Wait(Leader, seqG); errG == nil {
-					errG = l.handOver(sl, classExcl, sl.result(1))
-				}
-			}
-			err = errors.Join(err, errG)
-		}
+	case !exclusive:
+		err = l.released(target, sl.postRelease(target, control.Lock, minusShared, relTWord))
+	default:
+		err = l.unlockExclusive(sl, target, wait)
 	}
 	if err != nil {
 		return fmt.Errorf("lock: unlock of rank %d: %w", target, err)
@@ -184,13 +171,89 @@ func (l *Locks) Unlock(target int, exclusive bool) error {
 	return nil
 }
 
+// unlockExclusive releases the exclusive lock on target: target's word and
+// the leader's Global word, both posted before either is awaited. Without
+// wait, neither is awaited, and the hand-over to lock_all waiters (best
+// effort) is left to them.
+func (l *Locks) unlockExclusive(sl *slot, target int, wait bool) error {
+	// Posted under the mutex: see Lock.
+	l.mu.Lock()
+	l.nexcl--
+	if !wait {
+		err := sl.postRelease(target, control.Lock, release(l.me), relTWord)
+		if err == nil {
+			err = sl.postRelease(Leader, control.Global, classExcl.minusOne(), relGWord)
+		}
+		l.mu.Unlock()
+		if err == nil {
+			err = l.f.Err(Leader)
+		}
+		return l.released(target, err)
+	}
+	var seqT, seqG uint64
+	var errG error
+	seqT, err := sl.post(target, control.Lock, transport.FetchAddOp, release(l.me), 0, 0)
+	if err == nil {
+		seqG, errG = sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.minusOne(), 0, 1)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	err = l.f.Wait(target, seqT)
+	// With target the leader, the Global release is queued behind the
+	// failed one: waiting for it would wait out a second timeout.
+	if errG == nil && (err == nil || target != Leader) {
+		if errG = l.f.Wait(Leader, seqG); errG == nil {
+			errG = l.handOver(sl, classExcl, sl.result(1))
+		}
+	}
+	return errors.Join(err, errG)
+}
+
+// released is the result of a release posted without waiting: err, else
+// the error of the connection to target if it has failed.
+func (l *Locks) released(target int, err error) error {
+	if err != nil {
+		return err
+	}
+	return l.f.Err(target)
+}
+
 // UnlockAll releases lock_all. The caller has completed the operations it
-// issued under it.
+// issued under it, so the release is posted without waiting for it (see
+// Unlock), unless a request to the leader is still outstanding.
 func (l *Locks) UnlockAll() error {
-	if err := l.releaseGlobal(&l.slots[l.size], classAll); err != nil {
+	sl := &l.slots[l.size]
+	var err error
+	if l.f.Outstanding(Leader) {
+		err = l.releaseGlobal(sl, classAll)
+	} else {
+		err = l.released(Leader, sl.postRelease(Leader, control.Global, classAll.minusOne(), relGWord))
+	}
+	if err != nil {
 		return fmt.Errorf("lock: unlock_all: %w", err)
 	}
 	return nil
+}
+
+// Close waits for the releases that Unlock and UnlockAll posted without
+// waiting, so that their results have landed before the control region is
+// closed. Call it when the window is freed, with no lock call running.
+func (l *Locks) Close() error {
+	var errs []error
+	for t := range l.slots {
+		sl := &l.slots[t]
+		if sl.relT != 0 {
+			errs = append(errs, l.f.Wait(t, sl.relT))
+			sl.relT = 0
+		}
+		if sl.relG != 0 {
+			errs = append(errs, l.f.Wait(Leader, sl.relG))
+			sl.relG = 0
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func modeName(exclusive bool) string {

@@ -14,7 +14,22 @@ type slot struct {
 	l      *Locks
 	word   int           // control index of the first result word
 	within time.Duration // nonzero: what bounds atomic's waits (undo)
+
+	// The last release atomics posted without waiting (sequence numbers,
+	// 0: none), to the slot's target and to the leader; Close waits for
+	// them.
+	relT, relG uint64
 }
+
+// Result words of a slot (control.LockSlotWords): k = 0 and 1 take the
+// old values of the awaited atomics, relTWord and relGWord those of the
+// releases nobody waits for, so that a release still in flight on one
+// queue pair never writes a word that a later Lock's atomic on another
+// queue pair lands in.
+const (
+	relTWord = 2
+	relGWord = 3
+)
 
 // undo runs fn, which undoes an attempt that waited out the timeout, with
 // the slot's waits bounded by the fabric's notice grace: a rank that
@@ -32,6 +47,23 @@ func (s *slot) undo(fn func() error) error {
 func (s *slot) post(r, w int, op transport.AtomicOp, a, b uint64, k int) (uint64, error) {
 	c := s.l.c
 	return s.l.f.PostAtomic(r, transport.Atomic{Op: op, Local: c.LocalAt(s.word + k), Remote: c.RemoteAt(r, w), CompareAdd: a, Swap: b})
+}
+
+// postRelease posts an atomic that releases a hold on rank r's word w
+// (adds v) without waiting for it: its old value lands in result word k
+// (relTWord or relGWord), which nothing reads. The sequence number is kept
+// for Close.
+func (s *slot) postRelease(r, w int, v uint64, k int) error {
+	seq, err := s.post(r, w, transport.FetchAddOp, v, 0, k)
+	if err != nil {
+		return err
+	}
+	if k == relTWord {
+		s.relT = seq
+	} else {
+		s.relG = seq
+	}
+	return nil
 }
 
 // result is the old value in result word k.

@@ -6,7 +6,7 @@ import "testing"
 // and access each other (Post, Start, one 8-byte put, Complete, Wait).
 func BenchmarkEpoch(b *testing.B) {
 	runJob(b, 2, jobOpts{}, func(r *rank) error {
-		p := New(r.C)
+		p := New(r.C, 1)
 		defer p.Close()
 		peer := []int{1 - r.Me()}
 		if r.Me() == 0 {

@@ -51,7 +51,7 @@ func TestWaitNamesMissing(t *testing.T) {
 	var timedOut sync.WaitGroup
 	timedOut.Add(1)
 	runJob(t, 5, jobOpts{timeout: time.Second}, func(r *rank) error {
-		p := New(r.C)
+		p := New(r.C, 1)
 		defer p.Close()
 		if r.Me() == 0 {
 			if err := p.Post([]int{1, 2, 3, 4}); err != nil {
@@ -85,7 +85,7 @@ func TestStartNamesMissing(t *testing.T) {
 	var timedOut sync.WaitGroup
 	timedOut.Add(1)
 	runJob(t, 4, jobOpts{timeout: time.Second}, func(r *rank) error {
-		p := New(r.C)
+		p := New(r.C, 1)
 		defer p.Close()
 		if r.Me() == 1 {
 			err := p.Start([]int{0, 2, 3})

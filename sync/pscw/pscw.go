@@ -1,21 +1,20 @@
 // Package pscw is the post-start-complete-wait (generalized active target)
 // synchronization of rmago windows (MPI_Win_post, MPI_Win_start,
-// MPI_Win_complete, MPI_Win_wait, MPI_Win_test): counters on the window's
-// control region (package sync/control) that only grow, changed by remote
-// fetch-and-adds; a rank only polls its own words.
-// Words, protocol, costs, waiting, failures: docs/sync-protocols.md.
+// MPI_Win_complete, MPI_Win_wait, MPI_Win_test): one notification (a
+// zero-length RDMA write with immediate data, tagged with the window's id)
+// per peer for Post and for Complete, counted per sender by the receiving
+// fabric; Start and Wait only take the notifications that arrived.
+// Protocol, costs, waiting, failures: docs/sync-protocols.md.
 //
 // The package keeps no epoch state: package rma's state machine calls Post
 // and Start only while that side has no epoch, Complete only after a Start
 // that succeeded, Wait and Test only after a Post, and never two calls of
 // one side at once; the exposure side (Post, Wait, Test) and the access
 // side (Start, Complete) may run in two goroutines at once. A fabric error
-// during Post or Complete leaves the counters undefined (the job is
+// during Post or Complete leaves the counts undefined (the job is
 // expected to end, as MPI's errors are fatal by default).
 //
-// A PSCW owns a small registered array of result words (one per rank, where
-// the old values of its atomics land: each written only by the queue pair
-// to that rank); Close releases it.
+// A PSCW owns nothing to release; Close only refuses later calls.
 package pscw
 
 import (
@@ -31,77 +30,48 @@ var ErrClosed = errors.New("pscw: closed")
 
 // PSCW is one window's post-start-complete-wait state on this rank.
 type PSCW struct {
-	c    *control.Region
 	f    *transport.Fabric
 	me   int
 	size int
-	err  error // sticky: allocation failure, or ErrClosed
+	err  error // sticky: ErrClosed
 
-	// Result words: word r receives the old values of atomics to rank r.
-	land *transport.Region
+	postTag, completeTag uint32
 
 	// Exposure side.
-	exposure []int    // the open epoch's group
-	missing  []int    // ranks of exposure whose completion has not arrived
-	expected []uint64 // per origin: completions expected by the end of the open epoch
-	postSeq  []uint64 // per rank: the last post atomic's sequence number
+	exposure []int // the open epoch's group
+	missing  []int // ranks of exposure whose completion has not arrived
 
 	// Access side.
 	access  []int    // the open epoch's group
-	starts  []uint64 // per target: checked Starts so far
 	pending []int    // targets Start still waits for
 	seqs    []uint64 // Complete: sequence numbers, by index in access
 }
 
-// New returns the PSCW protocol of the window whose control region is c.
-// It is local (not collective). It allocates and registers the result
-// words; if that fails, every call returns the error.
-func New(c *control.Region) *PSCW {
+// New returns the PSCW protocol of the window whose control region is c
+// and whose id (equal on every rank, distinct among the live windows) is
+// id. It is local (not collective).
+func New(c *control.Region, id uint16) *PSCW {
 	n := c.F.Size()
-	p := &PSCW{
-		c: c, f: c.F, me: c.F.Rank(), size: n,
-		exposure: make([]int, 0, n), missing: make([]int, 0, n), expected: make([]uint64, n), postSeq: make([]uint64, n),
-		access: make([]int, 0, n), starts: make([]uint64, n), pending: make([]int, 0, n), seqs: make([]uint64, n),
+	return &PSCW{
+		f: c.F, me: c.F.Rank(), size: n,
+		postTag:     transport.MakeTag(transport.TagPost, id, 0),
+		completeTag: transport.MakeTag(transport.TagComplete, id, 0),
+		exposure:    make([]int, 0, n), missing: make([]int, 0, n),
+		access: make([]int, 0, n), pending: make([]int, 0, n), seqs: make([]uint64, n),
 	}
-	land, err := c.F.AllocRegion(8*n, transport.LocalOnly)
-	if err != nil {
-		p.err = fmt.Errorf("pscw: result words: %w", err)
-		return p
-	}
-	p.land = land
-	return p
 }
 
-// Close waits for this rank's outstanding post atomics and releases the
-// result words. Call it when the window is freed, before its control
-// region is closed. Later calls fail with ErrClosed.
+// Close ends the protocol: later calls fail with ErrClosed. Nothing waits:
+// a Post's notifications need no completion, and Complete waits for its
+// own.
 func (p *PSCW) Close() error {
-	if p.land == nil {
-		p.err = ErrClosed
-		return nil
-	}
-	var errs []error
-	for r, seq := range p.postSeq {
-		if seq != 0 {
-			if err := p.f.Wait(r, seq); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	errs = append(errs, p.land.Close())
-	p.land, p.err = nil, ErrClosed
-	return errors.Join(errs...)
-}
-
-// landAt is the result word for atomics to rank r.
-func (p *PSCW) landAt(r int) transport.Local {
-	return p.land.Local(8 * r)
+	p.err = ErrClosed
+	return nil
 }
 
 // Post opens an exposure epoch of this rank's window to the ranks in group
-// (MPI_Win_post): it tells each of them with one remote atomic and returns
-// without waiting for the atomics. group may be empty, and may contain
-// this rank.
+// (MPI_Win_post): it sends each of them one notification and returns
+// without waiting. group may be empty, and may contain this rank.
 func (p *PSCW) Post(group []int) error { return p.post(group, false) }
 
 // PostNoCheck opens an exposure epoch without telling the group
@@ -115,18 +85,13 @@ func (p *PSCW) post(group []int, noCheck bool) error {
 	}
 	if !noCheck {
 		for _, o := range group {
-			seq, err := p.f.FetchAdd(o, p.landAt(o), p.c.RemoteAt(o, control.PostBase+p.me), 1)
-			if err != nil {
+			if err := p.f.Notify(o, p.postTag); err != nil {
 				return fmt.Errorf("pscw: post to rank %d: %w", o, err)
 			}
-			p.postSeq[o] = seq
 		}
 	}
 	p.exposure = append(p.exposure[:0], group...)
 	p.missing = append(p.missing[:0], group...)
-	for _, o := range group {
-		p.expected[o]++
-	}
 	return nil
 }
 
@@ -146,12 +111,8 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 		return p.err
 	}
 	if !noCheck {
-		p.pending = p.pending[:0]
-		for _, t := range group {
-			if !p.postedBy(t) {
-				p.pending = append(p.pending, t)
-			}
-		}
+		p.pending = append(p.pending[:0], group...)
+		p.seenPosts()
 		b := p.f.NewLocalWait()
 		defer b.Done()
 		for len(p.pending) > 0 {
@@ -165,54 +126,60 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post: no post from %s)",
 					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), transport.RankList(p.pending))
 			}
-			keep := p.pending[:0]
-			for _, t := range p.pending {
-				if !p.postedBy(t) {
-					keep = append(keep, t)
-				}
-			}
-			p.pending = keep
+			p.seenPosts()
 		}
+		// All posted: take one post of each (only now, so that a Start
+		// that fails consumes none and may be called again).
 		for _, t := range group {
-			p.starts[t]++
+			p.f.TakeNote(p.postTag, t)
 		}
 	}
 	p.access = append(p.access[:0], group...)
 	return nil
 }
 
-// postedBy reports whether rank t posted an exposure epoch to this rank
-// that no Start matched yet.
-func (p *PSCW) postedBy(t int) bool {
-	return p.c.Load(control.PostBase+t) > p.starts[t]
+// seenPosts drops from pending the targets whose post notification has
+// arrived (without consuming it).
+func (p *PSCW) seenPosts() {
+	keep := p.pending[:0]
+	for _, t := range p.pending {
+		if !p.f.HasNote(p.postTag, t) {
+			keep = append(keep, t)
+		}
+	}
+	p.pending = keep
 }
 
-// Complete ends the access epoch (MPI_Win_complete): it adds one to each
-// target's word that counts this rank's completions (control.CompleteFrom),
-// behind this rank's puts to it, and returns once all the additions have
-// completed. The caller has flushed its gets and fetching atomics to the
-// group before.
+// Complete ends the access epoch (MPI_Win_complete): it sends each target
+// one notification, behind this rank's puts to it on the same queue pair
+// (so the target sees them when it takes the notification). With the soft
+// provider it returns at once (its puts are locally complete once posted);
+// otherwise the notifications are signalled, all posted before any is
+// awaited, and Complete returns when they have completed (the puts'
+// origin buffers are then free). The caller has flushed its gets and
+// fetching atomics to the group before.
 func (p *PSCW) Complete() error {
 	if p.err != nil {
 		return p.err
 	}
+	if p.f.Device().PostCopiesPayload {
+		for _, t := range p.access {
+			if err := p.f.Notify(t, p.completeTag); err != nil {
+				return fmt.Errorf("pscw: complete to rank %d: %w", t, err)
+			}
+		}
+		return nil
+	}
 	var err error
 	n := 0
 	for i, t := range p.access {
-		seq, e := p.f.PostAtomic(t, transport.Atomic{Op: transport.FetchAddOp, Local: p.landAt(t),
-			Remote: p.c.RemoteAt(t, control.CompleteFrom(p.size, p.me)), CompareAdd: 1})
+		seq, e := p.f.NotifySignaled(t, p.completeTag)
 		if e != nil {
 			err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
 			break
 		}
 		p.seqs[i] = seq
 		n = i + 1
-	}
-	if err == nil && p.f.Device().PostCopiesPayload {
-		// The puts are locally complete once posted, and the targets'
-		// Wait counts the atomics: nothing to wait for here. A failure
-		// surfaces at the next operation on that connection.
-		return nil
 	}
 	for i, t := range p.access[:n] {
 		if e := p.f.Wait(t, p.seqs[i]); e != nil && err == nil {
@@ -267,13 +234,11 @@ func (p *PSCW) Test() (bool, error) {
 }
 
 // done reports whether the open exposure epoch's completions have all
-// arrived, dropping from missing the origins whose completion has. An
-// origin's word may run ahead only with StartNoCheck origins that already
-// completed their next epoch.
+// arrived, dropping from missing (and consuming) those that have.
 func (p *PSCW) done() bool {
 	keep := p.missing[:0]
 	for _, o := range p.missing {
-		if p.c.Load(control.CompleteFrom(p.size, o)) < p.expected[o] {
+		if !p.f.TakeNote(p.completeTag, o) {
 			keep = append(keep, o)
 		}
 	}

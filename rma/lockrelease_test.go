@@ -1,0 +1,154 @@
+package rma_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/rmago/rmago/rma"
+	"github.com/rmago/rmago/rma/rmatest"
+)
+
+// TestUnlockCompletesAcrossRanks: Unlock returns only once its puts are in
+// the target's memory, even though the release may travel without being
+// awaited. Rank 0 puts a block into rank 1 under an exclusive lock (puts
+// only: the release is awaited) or after a get (the release is not
+// awaited), unlocks, and only then tells rank 2 through another queue
+// pair; rank 2 reads rank 1's block under a shared lock and must find
+// every element.
+func TestUnlockCompletesAcrossRanks(t *testing.T) {
+	const rounds, n = 30, 64
+	rmatest.Run(t, 3, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, n+1)
+		if err != nil {
+			return err
+		}
+		const flag = n
+		data, got, one := make([]int64, n), make([]int64, n), make([]int64, 1)
+		for round := int64(1); round <= rounds; round++ {
+			switch w.Rank() {
+			case 0:
+				for i := range data {
+					data[i] = round*1000 + int64(i)
+				}
+				if err := win.Lock(1, rma.Exclusive, 0); err != nil {
+					return err
+				}
+				if round%2 == 0 {
+					// A read first: Unlock flushes it and then need not
+					// wait for the release.
+					if err := win.Get(one, 1, 0); err != nil {
+						return err
+					}
+					if err := win.Flush(1); err != nil {
+						return err
+					}
+				}
+				if err := win.Put(data, 1, 0); err != nil {
+					return err
+				}
+				if err := win.Unlock(1); err != nil {
+					return err
+				}
+				if err := win.Lock(2, rma.Exclusive, 0); err != nil {
+					return err
+				}
+				if err := win.Accumulate([]int64{round}, 2, flag, rma.Replace); err != nil {
+					return err
+				}
+				if err := win.Unlock(2); err != nil {
+					return err
+				}
+			case 2:
+				if err := win.WaitLocal(flag, func(v int64) bool { return v == round }); err != nil {
+					return err
+				}
+				if err := win.Lock(1, rma.Shared, 0); err != nil {
+					return err
+				}
+				if err := win.Get(got, 1, 0); err != nil {
+					return err
+				}
+				if err := win.Unlock(1); err != nil {
+					return err
+				}
+				for i, v := range got {
+					if v != round*1000+int64(i) {
+						return fmt.Errorf("round %d: rank 1's element %d = %d after rank 0's Unlock returned, want %d", round, i, v, round*1000+int64(i))
+					}
+				}
+			}
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+		}
+		return win.Free()
+	})
+}
+
+// TestExclusivePutsNeverInterleave: every rank but 0 repeatedly takes an
+// exclusive lock on rank 0 and, with separate puts, writes its stamp into
+// both halves of a block; under the lock it first reads the block back and
+// checks that both halves carry one stamp. Puts that landed outside a held
+// lock (before the lock was held, or after a release overtook them) would
+// tear the block. Half the epochs read first (Unlock then posts the
+// release without waiting), half only put (Unlock waits for the release).
+func TestExclusivePutsNeverInterleave(t *testing.T) {
+	const rounds, half = 25, 16
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			rmatest.Run(t, n, func(w *rma.World) error {
+				win, err := rma.Allocate[int64](w, 2*half)
+				if err != nil {
+					return err
+				}
+				me := int64(w.Rank())
+				stamp, seen := make([]int64, half), make([]int64, 2*half)
+				for round := int64(1); round <= rounds && me != 0; round++ {
+					if err := win.Lock(0, rma.Exclusive, 0); err != nil {
+						return err
+					}
+					if round%2 == 1 {
+						if err := win.Get(seen, 0, 0); err != nil {
+							return err
+						}
+						if err := win.Flush(0); err != nil {
+							return err
+						}
+						for i := range seen {
+							if seen[i] != seen[0] {
+								return fmt.Errorf("rank %d round %d: block torn under an exclusive lock: element %d = %d, element 0 = %d", me, round, i, seen[i], seen[0])
+							}
+						}
+					}
+					for i := range stamp {
+						stamp[i] = me*1000 + round
+					}
+					if err := win.Put(stamp, 0, 0); err != nil {
+						return err
+					}
+					if err := win.Put(stamp, 0, half); err != nil {
+						return err
+					}
+					if err := win.Unlock(0); err != nil {
+						return err
+					}
+				}
+				if err := w.Barrier(); err != nil {
+					return err
+				}
+				if me == 0 {
+					b := win.Local()
+					if b[0]%1000 != rounds {
+						return fmt.Errorf("final stamp %d, want some rank's last round %d", b[0], rounds)
+					}
+					for i := range b {
+						if b[i] != b[0] {
+							return fmt.Errorf("final block torn: element %d = %d, element 0 = %d", i, b[i], b[0])
+						}
+					}
+				}
+				return win.Free()
+			})
+		})
+	}
+}
