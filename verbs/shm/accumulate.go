@@ -104,14 +104,17 @@ func (q *qp) accumulate(wr *verbs.SendWR, segs [][]byte, total uint64) verbs.Sta
 		return q.sockAcc(wr, segs, total)
 	}
 	op, t := wr.Acc.Op, wr.Acc.Type
-	dst := unsafe.Add(m.base, wr.RemoteAddr-m.addr)
+	off := wr.RemoteAddr - m.addr // no pointer past the region's end (checkptr): offsets until used
 	for _, s := range segs {
+		if len(s) == 0 {
+			continue
+		}
 		var old []byte
 		if wr.Acc.Fetch {
 			old = s
 		}
-		accop.Apply(dst, len(s), s, old, op, t)
-		dst = unsafe.Add(dst, len(s))
+		accop.Apply(unsafe.Add(m.base, off), len(s), s, old, op, t)
+		off += uint64(len(s))
 	}
 	e.done()
 	return verbs.StatusSuccess

@@ -422,3 +422,39 @@ func testProcessesConcurrentAccumulates(t *testing.T) {
 		})
 	}
 }
+
+// A loopback pair applies accumulates to this process's memory directly,
+// up to the regions' last byte, on both kinds of memory.
+func TestAccumulateLoopback(t *testing.T) {
+	const size = 1 << 12
+	s := newSide(t, size)
+	lq, err := s.pd.CreateQP(verbs.QPAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ, MaxSendWR: 64, MaxRecvWR: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lq.Connect(s.qp.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	// The operand and old values live in the memfd region's first half.
+	loop := &side{ctx: s.ctx, pd: s.pd, buf: s.buf, mr: s.mr, qp: lq, sendCQ: s.sendCQ}
+	for _, tg := range targets(s) {
+		off, n := size-1000, 1000 // the last 500 int16s, in two SGEs
+		region := tg.buf[off:]
+		for i := range region {
+			region[i] = byte(i * 3)
+		}
+		operand := loop.buf[:n]
+		for i := range operand {
+			operand[i] = byte(i*5 + 1)
+		}
+		acc := verbs.Accumulate{Op: verbs.AccSum, Type: verbs.Int16, Fetch: true}
+		after, old := reference(bytes.Clone(tg.buf), off, bytes.Clone(operand), acc)
+		sgl := []verbs.SGE{sge(s.mr, 0, 600)[0], sge(s.mr, 600, 400)[0]}
+		if wc := post(t, loop, &verbs.SendWR{Op: verbs.OpAccumulate, SGL: sgl, RemoteAddr: tg.mr.Addr() + uint64(off), RKey: tg.mr.RKey(), Acc: acc}); wc.Status != verbs.StatusSuccess {
+			t.Fatalf("%s: %v", tg.name, wc.Err())
+		}
+		if !bytes.Equal(region, after[off:]) || !bytes.Equal(operand, old) {
+			t.Fatalf("%s: target or old values differ", tg.name)
+		}
+	}
+}
