@@ -33,6 +33,8 @@ func TestShmChild(t *testing.T) {
 		childServer(t)
 	case "client":
 		childClient(t)
+	case "acc":
+		childAcc(t)
 	default:
 		t.Skip("child process only")
 	}

@@ -95,6 +95,7 @@ type qp struct {
 	reqHdr [hdrLen]byte
 	reqBuf net.Buffers
 	serve  sync.WaitGroup
+	acc    accState // the responder's accumulate buffers (accumulate.go)
 }
 
 func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
@@ -253,6 +254,13 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 			return fmt.Errorf("%w: atomics take one 8-byte SGE and an 8-byte aligned remote address", verbs.ErrInvalid)
 		}
 		need = verbs.AccessLocalWrite
+	case verbs.OpAccumulate:
+		if err := checkAcc(wr); err != nil {
+			return err
+		}
+		if wr.Acc.Fetch {
+			need = verbs.AccessLocalWrite
+		}
 	default:
 		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, wr.Op)
 	}
@@ -337,6 +345,8 @@ func (q *qp) execute(wr *verbs.SendWR, segs [][]byte, total uint64) verbs.Status
 			binary.LittleEndian.PutUint64(segs[0], old)
 		}
 		return st
+	case verbs.OpAccumulate:
+		return q.accumulate(wr, segs, total)
 	}
 	return verbs.StatusRemoteOp
 }
@@ -353,11 +363,7 @@ func (q *qp) access(kind uint8, key uint32, addr, n uint64, segs [][]byte, arg0,
 	}
 	e, ok := q.peerTab.check(key, addr, n, need)
 	if !ok {
-		if idx := int(key & (maxRegions - 1)); idx < len(q.maps) && q.maps[idx].key == key && q.peerTab[idx].tag.Load()&flagLive == 0 {
-			// The region is gone: let go of its memory now.
-			q.maps[idx].mp.Unmap()
-			q.maps[idx] = rmap{}
-		}
+		q.forgetGone(key)
 		return verbs.StatusRemoteAccess, 0
 	}
 	m, st := q.reach(key, e)
@@ -415,6 +421,15 @@ func (q *qp) access(kind uint8, key uint32, addr, n uint64, segs [][]byte, arg0,
 	}
 	e.done()
 	return q.sockAccess(kind, key, addr, n, segs, arg0, arg1)
+}
+
+// forgetGone lets go of the mapping of key's region, refused by the table,
+// now if the region is gone; sendMu held.
+func (q *qp) forgetGone(key uint32) {
+	if idx := int(key & (maxRegions - 1)); idx < len(q.maps) && q.maps[idx].key == key && q.peerTab[idx].tag.Load()&flagLive == 0 {
+		q.maps[idx].mp.Unmap()
+		q.maps[idx] = rmap{}
+	}
 }
 
 // reach returns the way to the region of key (whose table entry e the

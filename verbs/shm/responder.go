@@ -272,6 +272,15 @@ func (q *qp) respond(conn *net.UnixConn, h *msg, out *[hdrLen]byte) error {
 		data = unsafe.Slice((*byte)(unsafe.Add(r.base, h.addr-r.addr)), h.arg2)
 		resp.len = uint32(h.arg2)
 		release()
+	case mAcc:
+		var err error
+		if data, e, err = q.respondAcc(conn, h, &resp); err != nil {
+			return err
+		}
+		resp.len = uint32(len(data))
+		if len(data) == 0 {
+			data = nil
+		}
 	default:
 		return errors.New("unknown message kind")
 	}

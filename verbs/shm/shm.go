@@ -8,10 +8,13 @@
 // its rkey; the peer maps it and from then on an RDMA write or read is a
 // copy done by the origin, and a fetch-and-add or compare-and-swap a CPU
 // atomic on the mapped word (AtomicGlob: atomic against the owner's CPU
-// too). Other memory (created windows: the caller's slice) is reached with
-// process_vm_readv/writev; atomics on it, and any copy the kernel refuses
-// to attach to, go through the owner's socket, where a responder goroutine
-// does them. Every request completes at once, in the posting goroutine.
+// too), and a bulk accumulate (verbs.OpAccumulate) element-wise CPU
+// atomics on the mapped words (verbs/accop). Other memory (created
+// windows: the caller's slice) is reached with process_vm_readv/writev;
+// atomics and accumulates on it, and any copy the kernel refuses to attach
+// to, go through the owner's socket, where a responder goroutine does them
+// with the same CPU atomics. Every request completes at once, in the
+// posting goroutine.
 //
 // The NIC's checks stay: each context publishes its memory regions in a
 // shared table (key, address range, access, live) that the origin checks
@@ -74,6 +77,7 @@ func deviceAttr() verbs.DeviceAttr {
 		Name: "shm0", Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
 		MaxSGE: maxSGE, MaxInline: 1 << 30, AtomicCap: verbs.AtomicGlob, MTU: 1 << 20,
 		LinkLayer: "shm", PortActive: true, PostCopiesPayload: true,
+		Accumulate: true, MaxFetchAccumulate: maxFetchAcc,
 	}
 }
 

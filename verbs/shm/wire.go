@@ -14,7 +14,11 @@ import "encoding/binary"
 //
 // A get-fd response carries the memfd in SCM_RIGHTS, arg0 its offset
 // (^0: not in a memfd), arg1 the region's address, arg2 its length. An
-// atomic response carries the old value in arg0.
+// atomic response carries the old value in arg0. An accumulate request
+// (accumulate.go) carries the reduction and element type in arg0
+// (op | type<<8), 1 in arg1 when the old values come back, the bytes of
+// elements in arg2, and its operand as payload (none for AccNoOp); a
+// fetching accumulate's response carries the old values as payload.
 const hdrLen = 48
 
 const (
@@ -24,6 +28,7 @@ const (
 	mWrite   = 4
 	mRead    = 5
 	mGoodbye = 6
+	mAcc     = 7
 	mResp    = 16
 )
 
