@@ -42,7 +42,7 @@ const (
 // ConnectTimeout bounds each step of connecting.
 var ConnectTimeout = 60 * time.Second
 
-func connectTimeout(c *context) time.Duration {
+func connectTimeout(c *device) time.Duration {
 	if c.timeout > 0 && c.timeout < ConnectTimeout {
 		return c.timeout
 	}
@@ -62,7 +62,7 @@ type setup struct {
 
 // acceptLoop authenticates incoming connections and hands each to the
 // queue pair it names, or to the acceptor.
-func (c *context) acceptLoop() {
+func (c *device) acceptLoop() {
 	defer c.wg.Done()
 	for {
 		conn, err := c.ln.AcceptUnix()
@@ -297,18 +297,18 @@ func (q *qp) acceptSocket(ac acceptedConn) error {
 }
 
 // ListenEndpoint is the endpoint peers Dial (verbs.ConnManager).
-func (c *context) ListenEndpoint() verbs.Endpoint {
+func (c *device) ListenEndpoint() verbs.Endpoint {
 	return verbs.Endpoint{Addr: c.name, Device: "shm0", MTU: deviceAttr().MTU}
 }
 
 // Accept installs the acceptor of on-demand requests (verbs.ConnManager).
-func (c *context) Accept(fn func(verbs.ConnRequest)) {
+func (c *device) Accept(fn func(verbs.ConnRequest)) {
 	c.mu.Lock()
 	c.acceptFn = fn
 	c.mu.Unlock()
 }
 
-func (c *context) onDemand(ac acceptedConn) {
+func (c *device) onDemand(ac acceptedConn) {
 	req := &connRequest{c: c, ac: ac}
 	c.mu.Lock()
 	fn, closed := c.acceptFn, c.closed
@@ -328,7 +328,7 @@ func (c *context) onDemand(ac acceptedConn) {
 
 // connRequest is an on-demand request waiting for the acceptor's answer.
 type connRequest struct {
-	c        *context
+	c        *device
 	ac       acceptedConn
 	answered bool
 }
@@ -381,7 +381,7 @@ func (r *connRequest) Accept(qv verbs.QP) error {
 var errCrossedReply = errors.New("shm: crossed")
 
 // Dial connects q on demand (verbs.ConnManager).
-func (c *context) Dial(qv verbs.QP, remote verbs.Endpoint, private uint64) error {
+func (c *device) Dial(qv verbs.QP, remote verbs.Endpoint, private uint64) error {
 	q, ok := qv.(*qp)
 	if !ok || q.ctx != c {
 		return fmt.Errorf("%w: the queue pair must come from this shm context", verbs.ErrInvalid)

@@ -17,7 +17,7 @@ import (
 // completions pushed at post, flushes) plus the inboxes of the queue pairs
 // whose receives complete here, drained by Poll.
 type cq struct {
-	ctx     *context
+	ctx     *device
 	bell    *bell
 	mu      sync.Mutex
 	ring    []verbs.WC
@@ -37,7 +37,7 @@ const cqInitial = 1024
 // between polls.
 const pureSpins = 32
 
-func (c *context) CreateCQ(depth int) (verbs.CQ, error) {
+func (c *device) CreateCQ(depth int) (verbs.CQ, error) {
 	if depth <= 0 {
 		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalid, depth)
 	}

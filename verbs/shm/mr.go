@@ -112,7 +112,7 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 }
 
 // addRegion gives r a key and publishes it in the shared table.
-func (c *context) addRegion(r *region) error {
+func (c *device) addRegion(r *region) error {
 	c.regMu.Lock()
 	defer c.regMu.Unlock()
 	var old []*region
@@ -154,7 +154,7 @@ func (c *context) addRegion(r *region) error {
 }
 
 // lookup finds this process's live region with key, or nil.
-func (c *context) lookup(key uint32) *region {
+func (c *device) lookup(key uint32) *region {
 	p := c.regions.Load()
 	if p == nil {
 		return nil
@@ -205,7 +205,7 @@ func (r *region) Dereg() error {
 }
 
 // resolve maps a local SGE to bytes of a live region of pd with access need.
-func (c *context) resolve(p *pd, s verbs.SGE, need verbs.Access) ([]byte, error) {
+func (c *device) resolve(p *pd, s verbs.SGE, need verbs.Access) ([]byte, error) {
 	r := c.lookup(s.LKey)
 	if r == nil || r.pd != p || r.access&need != need {
 		return nil, fmt.Errorf("%w: lkey %#x", verbs.ErrLocalAccess, s.LKey)

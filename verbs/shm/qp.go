@@ -47,7 +47,7 @@ type rmap struct {
 }
 
 type qp struct {
-	ctx     *context
+	ctx     *device
 	pd      *pd
 	num     uint32
 	sendCQ  *cq
@@ -697,7 +697,7 @@ func (q *qp) Close() error {
 var logged sync.Map
 
 // logOnce logs a fallback's reason once per process.
-func (c *context) logOnce(s string) {
+func (c *device) logOnce(s string) {
 	if _, dup := logged.LoadOrStore(s, true); !dup {
 		log.Print(s)
 	}

@@ -90,9 +90,9 @@ var ctxSeq atomic.Uint32
 
 // Open starts the device: a listener on an abstract unix socket named
 // after the job's secret and this process, and the shared region table.
-func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
-	if device != "" && device != "shm0" {
-		return nil, fmt.Errorf("%w: shm has only device shm0, not %q", verbs.ErrNoDevice, device)
+func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
+	if devName != "" && devName != "shm0" {
+		return nil, fmt.Errorf("%w: shm has only device shm0, not %q", verbs.ErrNoDevice, devName)
 	}
 	if len(cfg.Secret) == 0 {
 		return nil, fmt.Errorf("%w: shm provider needs the job secret", verbs.ErrInvalid)
@@ -112,7 +112,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 		ln.Close()
 		return nil, err
 	}
-	c := &context{
+	c := &device{
 		ln: ln, name: name, secret: append([]byte(nil), cfg.Secret...),
 		timeout: cfg.Timeout, tabMem: tab, table: tableAt(unsafe.Pointer(unsafe.SliceData(tab.Bytes()))),
 		qps: map[uint32]*qp{}, cqs: map[*cq]struct{}{}, pid: os.Getpid(),
@@ -135,8 +135,8 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	return c, nil
 }
 
-// context is the open shm device.
-type context struct {
+// device is the open shm device.
+type device struct {
 	ln      *net.UnixListener
 	name    string
 	secret  []byte
@@ -162,9 +162,9 @@ type context struct {
 	wg       sync.WaitGroup
 }
 
-func (c *context) Attr() verbs.DeviceAttr { return deviceAttr() }
+func (c *device) Attr() verbs.DeviceAttr { return deviceAttr() }
 
-func (c *context) AllocPD() (verbs.PD, error) {
+func (c *device) AllocPD() (verbs.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -178,9 +178,9 @@ func (c *context) AllocPD() (verbs.PD, error) {
 // the plain loads and stores programs make to shared memory (rma's Sync on
 // a shared window, MPI_Win_sync): a sequentially consistent
 // read-modify-write, LOCK XADD on amd64, LDADDAL on arm64.
-func (c *context) SyncMemory() { wireOrder.Add(0) }
+func (c *device) SyncMemory() { wireOrder.Add(0) }
 
-func (c *context) Close() error {
+func (c *device) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -209,7 +209,7 @@ func (c *context) Close() error {
 }
 
 // pd is a protection domain.
-type pd struct{ ctx *context }
+type pd struct{ ctx *device }
 
 func (p *pd) Close() error { return nil }
 
