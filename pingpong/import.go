@@ -138,8 +138,8 @@ func importJSON(path string, rep *Report) error {
 // and size, in first-seen order, pooling their repetitions.
 func mergeResults(in []Result) []Result {
 	type key struct {
-		bench, sync, window string
-		ranks, bytes        int
+		bench, syncMode, window string
+		ranks, nbytes           int
 	}
 	idx := map[key]int{}
 	var out []Result

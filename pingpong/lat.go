@@ -71,7 +71,7 @@ func latencies(j *job, reps, warmup, n int) (err error) {
 		if err := errors2(win.LockAll(rma.NoCheck), ctr.LockAll(rma.NoCheck)); err != nil {
 			return err
 		}
-		measure := func(name string, bytes int, op func() error, check func() error) error {
+		measure := func(name string, nbytes int, op func() error, check func() error) error {
 			times := make([]float64, reps)
 			for rep := -warmup; rep < reps; rep++ {
 				start := time.Now()
@@ -87,7 +87,7 @@ func latencies(j *job, reps, warmup, n int) (err error) {
 			if err := check(); err != nil {
 				return err
 			}
-			r := Result{Bench: "lat", Sync: name, Window: j.opt.window, Ranks: 2, Bytes: bytes,
+			r := Result{Bench: "lat", Sync: name, Window: j.opt.window, Ranks: 2, Bytes: nbytes,
 				Metric: MetricLatency, Iters: n, Verified: true}
 			r.summarize(times)
 			j.add(r)

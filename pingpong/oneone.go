@@ -37,7 +37,7 @@ type pair struct {
 	me, peer int
 	win      *rma.Window[float64] // 2^max data elements, then the flag
 	src      *rma.Window[float64] // rank 0's registered origin, and where its gets land
-	flag     int                  // index of the flag element in win
+	flagAt   int                  // index of the flag element in win
 	round    int                  // round trips so far: the stamp
 }
 
@@ -48,7 +48,7 @@ func oneOne(j *job, s *sweep, modes []string) (err error) {
 	if err := checkMemory(16*maxN, 2); err != nil { // window and origin, per rank
 		return err
 	}
-	p := &pair{me: j.w.Rank(), peer: 1 - j.w.Rank(), flag: maxN}
+	p := &pair{me: j.w.Rank(), peer: 1 - j.w.Rank(), flagAt: maxN}
 	if p.win, err = newWindow[float64](j.w, maxN+1, s.window); err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (p *pair) passive(n int, full, all bool) error {
 			}
 		}
 		err := errors.Join(win.Put(out, p.peer, 0), win.Flush(p.peer),
-			win.Accumulate([]float64{seq}, p.peer, p.flag, rma.Replace))
+			win.Accumulate([]float64{seq}, p.peer, p.flagAt, rma.Replace))
 		if !all {
 			err = errors.Join(err, win.Unlock(p.peer))
 		}
@@ -204,12 +204,12 @@ func (p *pair) passive(n int, full, all bool) error {
 		if err := send(out); err != nil {
 			return err
 		}
-		if err := pollFlag(win, p.flag, seq); err != nil {
+		if err := pollFlag(win, p.flagAt, seq); err != nil {
 			return err
 		}
 		return verify(data, p.round, full, "rank 0 after the put back")
 	}
-	if err := pollFlag(win, p.flag, seq); err != nil {
+	if err := pollFlag(win, p.flagAt, seq); err != nil {
 		return err
 	}
 	if err := verify(data, p.round, full, "rank 1 after the put"); err != nil {

@@ -193,7 +193,7 @@ func newWindow[T rma.Number](w *rma.World, n int, kind string) (*rma.Window[T], 
 // the system has available (MemAvailable in /proc/meminfo, where there is
 // one): each rank needs bytes of window and origin memory, and all ranks
 // of the job run on this host under rmarun.
-func checkMemory(bytes, ranks int) error {
+func checkMemory(nbytes, ranks int) error {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return nil
@@ -204,7 +204,7 @@ func checkMemory(bytes, ranks int) error {
 			if err != nil {
 				return nil
 			}
-			if need := uint64(bytes) * uint64(ranks); need > uint64(kb)*1024*9/10 {
+			if need := uint64(nbytes) * uint64(ranks); need > uint64(kb)*1024*9/10 {
 				return usagef("the windows need %.1f GiB (%d ranks), more than the %.1f GiB available: lower -max",
 					float64(need)/(1<<30), ranks, float64(kb)/(1<<20))
 			}

@@ -192,7 +192,7 @@ func osuSuite(j *job, o *osuOpts) error {
 type osuCase[T rma.Number] struct {
 	j          *job
 	bench      string
-	sync       string
+	syncMode   string
 	size       int // bytes per message
 	count      int // elements per message
 	puts       int // messages per iteration (the bandwidth window)
@@ -205,12 +205,12 @@ type osuCase[T rma.Number] struct {
 	checkValue error
 }
 
-func osuOne[T rma.Number](j *job, o *osuOpts, bench, sync string, size int) (err error) {
+func osuOne[T rma.Number](j *job, o *osuOpts, bench, syncMode string, size int) (err error) {
 	var ws windows
 	defer func() { ws.free(&err) }()
 	var zero T
 	esize := int(unsafe.Sizeof(zero))
-	c := &osuCase[T]{j: j, bench: bench, sync: sync, size: size, count: max(1, size/esize), puts: 1,
+	c := &osuCase[T]{j: j, bench: bench, syncMode: syncMode, size: size, count: max(1, size/esize), puts: 1,
 		me: j.w.Rank(), peer: 1 - j.w.Rank()}
 	if strings.HasSuffix(bench, "bw") {
 		c.puts = o.window
@@ -253,7 +253,7 @@ func osuOne[T rma.Number](j *job, o *osuOpts, bench, sync string, size int) (err
 	if c.puts > 1 || strings.HasSuffix(bench, "bw") {
 		metric = MetricBW
 	}
-	r := Result{Bench: bench, Sync: sync, Window: o.window2(), Ranks: 2, Bytes: size,
+	r := Result{Bench: bench, Sync: syncMode, Window: o.window2(), Ranks: 2, Bytes: size,
 		Metric: metric, Iters: iters, Verified: true}
 	r.summarize(samples)
 	j.add(r)
@@ -325,7 +325,7 @@ func (c *osuCase[T]) op(target int) error {
 // and the bidirectional bandwidth).
 func (c *osuCase[T]) both() bool {
 	return c.bench == "put_bibw" ||
-		(!strings.HasSuffix(c.bench, "_bw") && (c.sync == "fence" || c.sync == "pscw"))
+		(!strings.HasSuffix(c.bench, "_bw") && (c.syncMode == "fence" || c.syncMode == "pscw"))
 }
 
 // run does skip untimed and iters timed iterations under the case's
@@ -340,7 +340,7 @@ func (c *osuCase[T]) run(iters, skip int) (time.Duration, error) {
 		}
 	}
 	bw := strings.HasSuffix(c.bench, "_bw")
-	switch c.sync {
+	switch c.syncMode {
 	case "fence":
 		if !c.both() && me != 0 { // put_bw: the target only fences
 			for i := 0; i < skip+iters && err == nil; i++ {
@@ -394,7 +394,7 @@ func (c *osuCase[T]) run(iters, skip int) (time.Duration, error) {
 			break
 		}
 		flush := win.Flush
-		if c.sync == "flush_local" {
+		if c.syncMode == "flush_local" {
 			flush = win.FlushLocal
 		}
 		err = win.Lock(1, rma.Shared, 0)
@@ -413,7 +413,7 @@ func (c *osuCase[T]) run(iters, skip int) (time.Duration, error) {
 			err = errors.Join(win.LockAll(0), c.op(1), win.UnlockAll())
 		}
 	default:
-		return 0, fmt.Errorf("unknown synchronization %q", c.sync)
+		return 0, fmt.Errorf("unknown synchronization %q", c.syncMode)
 	}
 	return time.Since(start), err
 }

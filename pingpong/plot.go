@@ -22,16 +22,16 @@ import (
 
 // plotOpts are the plot subcommand's flags.
 type plotOpts struct {
-	out    string
-	bench  string
-	sync   string
-	x      string // bytes or ranks
-	size   int    // -x ranks: the message size in bytes
-	stat   string // mean or median
-	title  string
-	cols   int
-	width  float64 // cm per panel
-	height float64
+	out      string
+	bench    string
+	syncMode string
+	x        string // bytes or ranks
+	size     int    // -x ranks: the message size in bytes
+	stat     string // mean or median
+	title    string
+	cols     int
+	width    float64 // cm per panel
+	height   float64
 }
 
 func runPlot(args []string) error {
@@ -39,7 +39,7 @@ func runPlot(args []string) error {
 	fs := newFlagSet("plot", "pingpong plot -o out.svg [-bench B,...] [-sync S,...] [-x bytes|ranks] [-size BYTES] a.json [b.json ...]")
 	fs.StringVar(&o.out, "o", "pingpong.svg", "output `file` (.svg or .png); the other format is written beside it")
 	fs.StringVar(&o.bench, "bench", "", "only these benchmarks (comma-separated), default all")
-	fs.StringVar(&o.sync, "sync", "", "only these synchronization modes (comma-separated), default all")
+	fs.StringVar(&o.syncMode, "sync", "", "only these synchronization modes (comma-separated), default all")
 	fs.StringVar(&o.x, "x", "bytes", "x axis: bytes (message size, log) or ranks (job size, at -size)")
 	fs.IntVar(&o.size, "size", 8, "with -x ranks: the message size in bytes")
 	fs.StringVar(&o.stat, "stat", "mean", "the value plotted: mean or median")
@@ -112,7 +112,7 @@ func (o *plotOpts) panels(reps []*Report) []*panel {
 	var order []string
 	for _, rep := range reps {
 		for _, r := range rep.Results {
-			if !keep(o.bench, r.Bench) || !keep(o.sync, r.Sync) {
+			if !keep(o.bench, r.Bench) || !keep(o.syncMode, r.Sync) {
 				continue
 			}
 			var key, title string

@@ -30,7 +30,7 @@ func TestPlotStyleBySystem(t *testing.T) {
 
 	// Only fence2, where A has no line: B is still drawn in its second
 	// style, and the legend lists only B.
-	o.sync = "fence2"
+	o.syncMode = "fence2"
 	panels := o.panels(reps)
 	idx, names = styles(reps, panels)
 	if idx["B"] != 1 || !slices.Equal(names, []string{"B"}) {

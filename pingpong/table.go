@@ -21,7 +21,7 @@ func runTable(args []string) error {
 	base := fs.String("base", "", "the system the ratios are taken of (default: the first file's)")
 	sizes := fs.String("bytes", "8,64,1024,8192,65536,1048576,8388608", "the message sizes (bytes) to list, or all")
 	bench := fs.String("bench", "", "only these benchmarks (comma-separated)")
-	sync := fs.String("sync", "", "only these synchronization modes (comma-separated)")
+	syncs := fs.String("sync", "", "only these synchronization modes (comma-separated)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -46,18 +46,18 @@ func runTable(args []string) error {
 			want = append(want, v)
 		}
 	}
-	return writeTables(os.Stdout, reps, *base, want, *bench, *sync)
+	return writeTables(os.Stdout, reps, *base, want, *bench, *syncs)
 }
 
-func writeTables(w io.Writer, reps []*Report, base string, sizes []int, bench, sync string) error {
+func writeTables(w io.Writer, reps []*Report, base string, sizes []int, bench, syncs string) error {
 	if base == "" {
 		base = reps[0].Meta.System
 	}
 	keep := func(list, v string) bool { return list == "" || slices.Contains(strings.Split(list, ","), v) }
 	type group struct {
-		bench, sync, window string
-		ranks               int
-		metric              string
+		bench, syncMode, window string
+		ranks                   int
+		metric                  string
 	}
 	var groups []group
 	var systems []string
@@ -69,7 +69,7 @@ func writeTables(w io.Writer, reps []*Report, base string, sizes []int, bench, s
 			val[sys] = map[group]map[int]float64{}
 		}
 		for _, r := range rep.Results {
-			if !keep(bench, r.Bench) || !keep(sync, r.Sync) {
+			if !keep(bench, r.Bench) || !keep(syncs, r.Sync) {
 				continue
 			}
 			g := group{r.Bench, r.Sync, r.Window, r.Ranks, r.Metric}
@@ -100,7 +100,7 @@ func writeTables(w io.Writer, reps []*Report, base string, sizes []int, bench, s
 		if len(others) > 0 {
 			ratio = fmt.Sprintf("; ratio = %s / other", base)
 		}
-		fmt.Fprintf(w, "\n**%s %s, %d ranks** (%s%s)\n\n", g.bench, g.sync, g.ranks, unit, ratio)
+		fmt.Fprintf(w, "\n**%s %s, %d ranks** (%s%s)\n\n", g.bench, g.syncMode, g.ranks, unit, ratio)
 		head := []string{"bytes", base}
 		head = append(head, others...)
 		for _, o := range others {

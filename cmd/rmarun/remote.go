@@ -37,9 +37,9 @@ type remote struct {
 // launcherArgv returns the command that runs a shell command on a host,
 // before the host and the command: ssh (or rsh), or --launcher-exec's
 // command split into words.
-func launcherArgv(launcher, exec string) []string {
-	if exec != "" {
-		return strings.Fields(exec)
+func launcherArgv(launcher, execCmd string) []string {
+	if execCmd != "" {
+		return strings.Fields(execCmd)
 	}
 	if launcher == "rsh" {
 		return []string{"rsh"}

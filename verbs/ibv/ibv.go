@@ -992,7 +992,7 @@ func boolInt(b bool) C.int {
 // The caller has checked len(wr.SGL) against the queue pair's maximum.
 func (q *qp) fillSend(d *C.rg_swr, wr *verbs.SendWR, sg []C.struct_ibv_sge) error {
 	var op uint32
-	atomic := false
+	atomicOp := false
 	switch wr.Op {
 	case verbs.OpWrite:
 		op = C.IBV_WR_RDMA_WRITE
@@ -1003,9 +1003,9 @@ func (q *qp) fillSend(d *C.rg_swr, wr *verbs.SendWR, sg []C.struct_ibv_sge) erro
 	case verbs.OpSend:
 		op = C.IBV_WR_SEND
 	case verbs.OpFetchAdd:
-		op, atomic = C.IBV_WR_ATOMIC_FETCH_AND_ADD, true
+		op, atomicOp = C.IBV_WR_ATOMIC_FETCH_AND_ADD, true
 	case verbs.OpCompareSwap:
-		op, atomic = C.IBV_WR_ATOMIC_CMP_AND_SWP, true
+		op, atomicOp = C.IBV_WR_ATOMIC_CMP_AND_SWP, true
 	default:
 		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, wr.Op)
 	}
@@ -1016,7 +1016,7 @@ func (q *qp) fillSend(d *C.rg_swr, wr *verbs.SendWR, sg []C.struct_ibv_sge) erro
 	if wr.Flags&verbs.Fence != 0 {
 		flags |= C.IBV_SEND_FENCE
 	}
-	if atomic {
+	if atomicOp {
 		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 || wr.RemoteAddr%8 != 0 {
 			return fmt.Errorf("%w: atomics take one 8-byte SGE and an 8-byte aligned remote address", verbs.ErrInvalid)
 		}
@@ -1025,7 +1025,7 @@ func (q *qp) fillSend(d *C.rg_swr, wr *verbs.SendWR, sg []C.struct_ibv_sge) erro
 		}
 	}
 	if wr.Flags&verbs.Inline != 0 {
-		if atomic || wr.Op == verbs.OpRead {
+		if atomicOp || wr.Op == verbs.OpRead {
 			return fmt.Errorf("%w: inline %v", verbs.ErrInvalid, wr.Op)
 		}
 		var total uint64

@@ -45,8 +45,8 @@ func (q *qp) MapRemote(rkey uint32, addr uint64) ([]byte, error) {
 func (q *qp) Unmap(rkey uint32) {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
-	for i := range q.maps {
-		m := &q.maps[i]
+	for i := range q.mapped {
+		m := &q.mapped[i]
 		if m.key == 0 {
 			continue
 		}

@@ -73,7 +73,7 @@ type qp struct {
 	peerName  string
 	sent      uint64         // slots written to the peer's inbox; under sendMu
 	segs      [maxSGE][]byte // the request's local memory; under sendMu
-	maps      []rmap         // by region index; under sendMu
+	mapped    []rmap         // by region index; under sendMu
 	conn      *net.UnixConn
 
 	st    atomic.Int32 // the state, for the data path
@@ -426,9 +426,9 @@ func (q *qp) access(kind uint8, key uint32, addr, n uint64, segs [][]byte, arg0,
 // forgetGone lets go of the mapping of key's region, refused by the table,
 // now if the region is gone; sendMu held.
 func (q *qp) forgetGone(key uint32) {
-	if idx := int(key & (maxRegions - 1)); idx < len(q.maps) && q.maps[idx].key == key && q.peerTab[idx].tag.Load()&flagLive == 0 {
-		q.maps[idx].mp.Unmap()
-		q.maps[idx] = rmap{}
+	if idx := int(key & (maxRegions - 1)); idx < len(q.mapped) && q.mapped[idx].key == key && q.peerTab[idx].tag.Load()&flagLive == 0 {
+		q.mapped[idx].mp.Unmap()
+		q.mapped[idx] = rmap{}
 	}
 }
 
@@ -436,14 +436,14 @@ func (q *qp) forgetGone(key uint32) {
 // caller holds), making it on first use; sendMu held.
 func (q *qp) reach(key uint32, e *entry) (*rmap, verbs.Status) {
 	idx := int(key & (maxRegions - 1))
-	if idx < len(q.maps) {
-		if m := &q.maps[idx]; m.key == key && m.addr == e.addr.Load() {
+	if idx < len(q.mapped) {
+		if m := &q.mapped[idx]; m.key == key && m.addr == e.addr.Load() {
 			return m, verbs.StatusSuccess
 		}
 	} else {
-		q.maps = append(q.maps, make([]rmap, idx+1-len(q.maps))...)
+		q.mapped = append(q.mapped, make([]rmap, idx+1-len(q.mapped))...)
 	}
-	m := &q.maps[idx]
+	m := &q.mapped[idx]
 	m.mp.Unmap() // a stale key's mapping
 	*m = rmap{key: key, addr: e.addr.Load()}
 	if q.loop != nil {
@@ -670,10 +670,10 @@ func (q *qp) Close() error {
 	q.serve.Wait()
 	q.recvCQ.detach(q)
 	q.sendMu.Lock()
-	for i := range q.maps {
-		q.maps[i].mp.Unmap()
+	for i := range q.mapped {
+		q.mapped[i].mp.Unmap()
 	}
-	q.maps = nil
+	q.mapped = nil
 	if q.loop == nil {
 		if q.peerIn != nil {
 			q.peerIn.free()
