@@ -25,6 +25,8 @@
 //     completion implies that every earlier request on that queue pair has
 //     completed too;
 //   - atomics act on 8-byte aligned words and are atomic against each other.
+//
+// The contract and each provider: docs/architecture.md.
 package verbs
 
 import (
