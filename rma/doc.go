@@ -17,21 +17,24 @@
 //
 // Windows are generic over fixed-size numeric types; there are no datatype
 // arguments. A Put or Get to another rank becomes RDMA work requests on
-// the provider that reaches that rank (shm for node-local peers, ibv or
-// the soft TCP emulation for the others); the target's program takes no
-// part. When the origin slice lies in registered memory (a window), one
+// the job's provider (soft: software RDMA over TCP; shm: shared memory
+// between the ranks of one node; ibv: RDMA hardware); the target's
+// program takes no part. When the origin slice lies in registered memory (a window), one
 // request per 256 MiB carries it with no copy; any other origin slice
 // goes through a 4 MiB registered bounce buffer in pieces of up to 2 MiB
 // (a copy in for Put, a copy out when a Get completes). An access to the
 // rank's own window is a plain copy, complete at once. Accumulates and
 // atomics always go through the provider, the one agent that updates
-// window memory atomically (see docs/architecture.md).
+// window memory atomically. The API in full: docs/api.md; how a call
+// reaches the target: docs/architecture.md.
 //
 // # Windows
 //
 // Allocate returns a window over memory the library maps outside the Go
 // heap (page-aligned, never moved or scanned by the garbage collector).
 // Create exposes a caller's slice, which stays pinned while registered.
+// AllocateShared is Allocate whose node-local segments SharedSegment maps
+// for plain loads and stores (shm provider; docs/memory-model.md).
 // Creation and Free are collective: every rank calls them in the same order.
 //
 // # Operations and epochs
@@ -54,9 +57,11 @@
 //
 // # Errors
 //
-// Errors are values and wrap the package's sentinels (ErrRank, ErrRange,
-// ErrNoEpoch, ErrInvalidOp, ...) and, for failures on the wire, the verbs
-// and transport sentinels; test them with errors.Is. An operation's error
+// Errors are values and wrap the package's sentinels: ErrRank, ErrRange,
+// ErrNoEpoch, ErrInvalidOp, ... for misuse, and for failures of the job
+// and the wire ErrTimeout, ErrPeer, ErrPeerGone, ErrBootstrap,
+// ErrLauncher, ErrConfig, ErrProvider, ErrRemoteAccess, ErrTransport
+// (sentinels.go); test them with errors.Is. An operation's error
 // names the call, the calling and target ranks and the element, then what
 // failed and what to do, as in
 //

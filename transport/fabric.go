@@ -1,9 +1,12 @@
 // Package transport is a job's connected fabric: it bootstraps the job
-// (rank, size, secret, endpoint exchange), opens the verbs provider, keeps
-// one reliable-connected queue pair per peer (and a loopback pair for the
-// rank itself, so that even local accesses go through the same agent),
-// tracks completions, and offers flush, notifications, a barrier and an
-// allgather built on the fabric's own RDMA writes.
+// (rank, size, secret, endpoint exchange), opens the verbs provider
+// through the registry, keeps one reliable-connected queue pair per peer
+// (and a loopback pair for the rank itself, so that atomics on its own
+// memory go through the same agent as the peers'), registers memory
+// (Region), posts writes, reads, typed atomics and bulk accumulates,
+// awaits completions, and offers flush, notes, pollers of the rank's own
+// memory, a barrier and an allgather built on the fabric's own RDMA
+// writes. One file per job; docs/architecture.md maps them.
 //
 // Progress is driven by whoever waits: the goroutine that needs a
 // completion polls the shared completion queue and dispatches what it finds

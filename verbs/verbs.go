@@ -25,6 +25,8 @@
 //     completion implies that every earlier request on that queue pair has
 //     completed too;
 //   - atomics act on 8-byte aligned words and are atomic against each other.
+//
+// The contract and each provider: docs/architecture.md.
 package verbs
 
 import (
@@ -184,12 +186,14 @@ type DeviceAttr struct {
 	PortActive bool      // the port is up
 	// Accumulate: the provider executes OpAccumulate (an rmago
 	// extension, see Accumulate), up to MaxFetchAccumulate bytes per
-	// fetching request. NIC-only providers (ibv) leave it false: callers
+	// fetching request (soft and shm). NIC-only providers (ibv) leave it
+	// false: callers
 	// then build accumulates from OpFetchAdd and OpCompareSwap.
 	Accumulate         bool
 	MaxFetchAccumulate int
 	// PostCopiesPayload: every write's and send's payload has been taken
-	// when PostSend returns (the soft provider writes it to its socket),
+	// when PostSend returns (the soft provider writes it to its socket,
+	// shm copies it to the target),
 	// so a request never needs its source buffer afterwards and is
 	// locally complete once posted. Hardware takes only inline payloads
 	// (MaxInline) at post time.
@@ -257,8 +261,8 @@ type Context interface {
 	Close() error
 }
 
-// MemorySyncer is implemented by contexts whose responder runs inside this
-// process (the soft provider): SyncMemory makes the responder's changes to
+// MemorySyncer is implemented by contexts whose agent runs inside this
+// process (the soft and shm providers): SyncMemory makes the responder's changes to
 // registered memory happen before the caller's next reads, in the sense of
 // Go's memory model. Hardware providers need nothing of the kind.
 type MemorySyncer interface {
@@ -283,7 +287,7 @@ type Progresser interface {
 }
 
 // ErrorReporter is implemented by queue pairs that know why they entered
-// the error state (the soft provider sees its connection end). A
+// the error state (the soft and shm providers see their connection end). A
 // completion carries only a status; Err says more: it wraps ErrPeerClosed
 // (orderly close), ErrTimeout (the peer stopped taking or sending data),
 // ErrTransport (the connection was lost) or the status's sentinel, and
@@ -335,7 +339,8 @@ type Mapper interface {
 // one endpoint per queue pair, and the passive side creates the queue pair
 // that takes an incoming connection when the request arrives. A job then
 // exchanges a constant amount of data per rank at start-up and connects
-// only the pairs that communicate. The soft provider implements it; the
+// only the pairs that communicate. The soft and shm providers implement
+// it; the
 // ibv provider does not (an RC queue pair needs the peer's QPN and PSN
 // before it can leave INIT, which would take a connection manager or an
 // out-of-band exchange per pair), so a job on it connects every pair at
@@ -544,11 +549,12 @@ func (wc *WC) Err() error {
 // AccNoOp the operand is not sent (an atomic read).
 //
 // Requests execute in queue-pair order, so accumulates from one origin to
-// one target apply in the order posted. Only providers whose responder is
-// software (DeviceAttr.Accumulate: soft) execute it; on a NIC-only provider
-// a caller does what MPI libraries do over hardware atomics: one
-// OpFetchAdd per 8-byte integer sum, a compare-and-swap loop on each word
-// otherwise.
+// one target apply in the order posted. Only providers whose agent is
+// software (DeviceAttr.Accumulate: soft, whose target's responder runs it,
+// and shm, whose origin runs it on the mapped memory or hands it to the
+// owner's socket) execute it; on a NIC-only provider a caller does what
+// MPI libraries do over hardware atomics: one OpFetchAdd per 8-byte
+// integer sum, a compare-and-swap loop on each word otherwise.
 type Accumulate struct {
 	Op    AccOp
 	Type  ElemType

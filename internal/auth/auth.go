@@ -1,5 +1,5 @@
 // Package auth is the mutual HMAC-SHA256 challenge-response that every rmago
-// connection (bootstrap and soft-RDMA queue pairs) runs before anything
+// connection (bootstrap, soft and shm queue pairs) runs before anything
 // else: both sides prove they know the job's secret without sending it, and
 // the dialer's small payload (what it wants to connect to) is bound to the
 // proof so it cannot be altered in flight.

@@ -14,6 +14,8 @@
 // Fence semantics differ (see Client.Fence): code that must see every
 // rank's key after a fence should Get exactly the keys the ranks put before
 // fencing, which works under every launcher.
+//
+// How the transport's bootstrap uses it, and the wires: docs/launch.md.
 package pmi
 
 import (

@@ -1,8 +1,8 @@
 // Package control describes a window's control region: a small registered
 // array of 8-byte words on every rank that the passive-target lock protocol
 // (sync/lock) drives with remote atomics, so that no message ever needs the
-// target's CPU (PSCW and fence use notifications instead). The target only reads its own words,
-// with atomic loads.
+// target's CPU (PSCW and fence use notes instead). The target only reads
+// its own words, with atomic loads. Layout: docs/sync-protocols.md.
 package control
 
 import (

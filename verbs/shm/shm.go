@@ -31,8 +31,9 @@
 // Connections are unix sockets in the abstract namespace, authenticated
 // with the job's secret (internal/auth) and restricted to the same user
 // (SO_PEERCRED). A peer whose socket ends without goodbye (it exited or
-// was killed) fails its queue pairs at once, naming it. Import the package
-// for its side effect:
+// was killed) fails its queue pairs at once, naming it. More, and the Put
+// path through it: docs/architecture.md. Import the package for its side
+// effect:
 //
 //	import _ "github.com/rmago/rmago/verbs/shm"
 package shm

@@ -5,14 +5,16 @@
 // A reader goroutine per connection plays the NIC: for every request it
 // checks the rkey, the access flags and that [addr, addr+len) lies inside the
 // registered region, then applies writes (read from the socket straight into
-// the registered memory), reads and 8-byte atomics (sync/atomic on the
-// target word), so the target program never has to call anything. A
+// the registered memory), reads, 8-byte atomics (sync/atomic on the
+// target word) and bulk accumulates (verbs/accop), so the target program
+// never has to call anything. A
 // violation completes the origin's request with a remote access error,
 // leaves the target memory untouched and tears the connection down, as an
 // RC queue pair goes to the error state.
 //
 // Connections are authenticated with the job's secret (internal/auth) before
-// any request is served. Import the package for its side effect:
+// any request is served. Wire format, progress and faults:
+// docs/architecture.md. Import the package for its side effect:
 //
 //	import _ "github.com/rmago/rmago/verbs/soft"
 package soft

@@ -1,10 +1,11 @@
 // Package wait polls a condition on a rank's own memory: the SOR lock
-// variant (apps/sor/lock.go) waits until two notification counters, which
-// its neighbours increment with NIC atomics, reach a phase's count. For a
-// condition on one element, rma's Window.WaitLocal is the call to use: it
-// drives the fabric while it waits. Until is a plain loop outside rma, so
-// with the soft provider the neighbours' increments are applied by the
-// provider's reader goroutine, not by the waiting one.
+// variant (apps/sor/lock.go) waits until two counters in its window, which
+// its neighbours increment with remote atomics, reach a phase's count. For
+// a condition on one element, rma's Window.AwaitLocal is the call to use:
+// it drives the fabric while it waits. Until is a plain loop outside rma,
+// so with the soft provider the neighbours' increments are applied by the
+// provider's reader goroutine, not by the waiting one (with shm, by the
+// neighbours themselves).
 //
 // Until checks the condition, yielding to the Go scheduler
 // (runtime.Gosched) between the first 16 checks, then sleeps a microsecond
