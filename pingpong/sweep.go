@@ -95,11 +95,11 @@ func verify(buf []float64, round int, full bool, where string) error {
 }
 
 // pollFlag waits until element i of win's own memory equals want, with
-// WaitLocal: the documented way to poll a flag (atomic reads, the fabric
+// AwaitLocal: the documented way to poll a flag (atomic reads, the fabric
 // driven between them, the peer's earlier writes ordered before this
 // rank's plain reads once it returns).
 func pollFlag(win *rma.Window[float64], i int, want float64) error {
-	return win.WaitLocal(i, func(v float64) bool { return v == want })
+	return win.AwaitLocal(i, func(v float64) bool { return v == want })
 }
 
 // windows frees a benchmark's windows when it ends: Free is collective, so

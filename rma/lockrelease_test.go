@@ -59,7 +59,7 @@ func TestUnlockCompletesAcrossRanks(t *testing.T) {
 					return err
 				}
 			case 2:
-				if err := win.WaitLocal(flag, func(v int64) bool { return v == round }); err != nil {
+				if err := win.AwaitLocal(flag, func(v int64) bool { return v == round }); err != nil {
 					return err
 				}
 				if err := win.Lock(1, rma.Shared, 0); err != nil {

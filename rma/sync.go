@@ -225,7 +225,7 @@ func (win *Window[T]) Sync() error {
 // polling a flag that peers set with an atomic (Accumulate with Replace,
 // FetchAndOp, CompareAndSwap; not a plain Put, see docs/memory-model.md).
 // Peers' changes become visible to it without any synchronization call;
-// WaitLocal is the blocking form.
+// AwaitLocal is the blocking form.
 func (win *Window[T]) LoadLocal(i int) T {
 	p := unsafe.Pointer(&win.local[i])
 	if win.esize == 8 {
@@ -239,22 +239,21 @@ func (win *Window[T]) LoadLocal(i int) T {
 	return elemAt[T](w, uint(sh))
 }
 
-// WaitLocal waits until cond holds for element i of this rank's own window
-// (read with LoadLocal), for a flag or counter that peers change through
-// the fabric. Between checks it drives the fabric itself (with the soft
-// provider it runs the peers' requests as they arrive, so the update lands
-// without waking another goroutine); once nothing has arrived for
-// transport.LocalSpin it sleeps between checks (transport.LocalWait). It
-// fails with an error wrapping transport.ErrTimeout after the fabric's
-// timeout (RMAGO_TIMEOUT). Prefer it to a loop of your own, which would
+// AwaitLocal blocks until cond holds for element i of this rank's own
+// window (read with LoadLocal), for a flag or counter that peers change
+// through the fabric. Between checks it drives the fabric itself (with the
+// soft provider it runs the peers' requests as they arrive, so the update
+// lands without waking another goroutine); once nothing has arrived for a
+// while it sleeps between checks. It fails with an error wrapping
+// ErrTimeout after the World's Timeout (RMAGO_TIMEOUT). Prefer it to a loop of your own, which would
 // leave the soft provider's progress to a goroutine woken for every
 // message.
-func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
+func (win *Window[T]) AwaitLocal(i int, cond func(T) bool) error {
 	if win.isFreed() {
-		return win.errf(ErrFreed, "WaitLocal on a freed window")
+		return win.errf(ErrFreed, "AwaitLocal on a freed window")
 	}
 	if i < 0 || i >= len(win.local) {
-		return win.errf(ErrRange, "WaitLocal(%d) on a window of %d elements", i, len(win.local))
+		return win.errf(ErrRange, "AwaitLocal(%d) on a window of %d elements", i, len(win.local))
 	}
 	lw := win.w.f.NewLocalWait()
 	defer lw.Done()
@@ -264,7 +263,7 @@ func (win *Window[T]) WaitLocal(i int, cond func(T) bool) error {
 			return nil
 		}
 		if !lw.Pause() {
-			return win.wrapf(transport.ErrTimeout, "WaitLocal(%d): the condition did not hold after %v", i, win.w.f.Timeout())
+			return win.wrapf(transport.ErrTimeout, "AwaitLocal(%d): the condition did not hold after %v", i, win.w.f.Timeout())
 		}
 	}
 }

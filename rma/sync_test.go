@@ -333,10 +333,10 @@ func TestEpochMisuse(t *testing.T) {
 	})
 }
 
-// TestWaitLocalFlag: rank 0 puts data, flushes, then sets rank 1's flag
-// with an atomic under a lock; rank 1 waits on the flag with WaitLocal and
+// TestAwaitLocalFlag: rank 0 puts data, flushes, then sets rank 1's flag
+// with an atomic under a lock; rank 1 waits on the flag with AwaitLocal and
 // must then see the data (the pattern of docs/memory-model.md).
-func TestWaitLocalFlag(t *testing.T) {
+func TestAwaitLocalFlag(t *testing.T) {
 	rmatest.Run(t, 2, func(w *rma.World) error {
 		win, err := rma.Allocate[int64](w, 65)
 		if err != nil {
@@ -365,7 +365,7 @@ func TestWaitLocalFlag(t *testing.T) {
 					return err
 				}
 			} else {
-				if err := win.WaitLocal(flag, func(v int64) bool { return v == round }); err != nil {
+				if err := win.AwaitLocal(flag, func(v int64) bool { return v == round }); err != nil {
 					return err
 				}
 				for i, v := range win.Local()[:64] {
@@ -378,8 +378,8 @@ func TestWaitLocalFlag(t *testing.T) {
 				return err
 			}
 		}
-		if err := win.WaitLocal(99, func(int64) bool { return true }); !errors.Is(err, rma.ErrRange) {
-			return fmt.Errorf("WaitLocal out of range: %v", err)
+		if err := win.AwaitLocal(99, func(int64) bool { return true }); !errors.Is(err, rma.ErrRange) {
+			return fmt.Errorf("AwaitLocal out of range: %v", err)
 		}
 		return win.Free()
 	})
