@@ -229,9 +229,11 @@ func (q *qp) Close() error {
 		}
 	}
 	q.fail(verbs.StatusFlushed, verbs.ErrClosed)
+	q.sendMu.Lock()
 	if q.corkTimer != nil {
 		q.corkTimer.Stop()
 	}
+	q.sendMu.Unlock()
 	q.finished.Wait()
 	q.ctx.prog.detach(q)
 	q.ctx.mu.Lock()
