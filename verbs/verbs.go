@@ -182,7 +182,8 @@ type DeviceAttr struct {
 	LinkLayer  string    // "InfiniBand", "Ethernet" (RoCE) or "TCP"
 	PortActive bool      // the port is up
 	// PostCopiesPayload: every write's and send's payload has been taken
-	// when PostSend returns (the soft provider writes it to its socket),
+	// when PostSend returns (the soft provider writes it to its socket,
+	// or copies a small one into its send buffer),
 	// so a request never needs its source buffer afterwards and is
 	// locally complete once posted. Hardware takes only inline payloads
 	// (MaxInline) at post time.
@@ -413,6 +414,10 @@ type QP interface {
 	Connect(remote Endpoint) error
 	// PostSend posts a chain of send requests (linked by Next). Requests
 	// run in order. On error, the returned request is the first not posted.
+	// A provider may hold small unsignalled requests back to send them
+	// together (soft), but no longer than until the next signalled request
+	// on the queue pair, a poll or wait of a completion queue, a Progress
+	// call, or a short bounded delay.
 	PostSend(wr *SendWR) (*SendWR, error)
 	// PostRecv posts a chain of receive requests.
 	PostRecv(wr *RecvWR) (*RecvWR, error)
