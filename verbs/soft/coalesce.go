@@ -7,11 +7,14 @@ import (
 // Coalescing small requests. Every frame used to leave in its own writev,
 // so an 8-byte put stream was one system call per put on each side. Now
 // the frames of small unsignalled writes (their payload copied, so that
-// posting still takes the payload: verbs.DeviceAttr.PostCopiesPayload),
-// reads and atomics wait in the queue pair's cork buffer, and leave, in
-// order and in one gather write, with the next request that is sent at
-// once: a signalled or fenced request, a write with immediate data or a
-// send, a large write. The cork is also sent when it is full, when a
+// posting still takes the payload: verbs.DeviceAttr.PostCopiesPayload)
+// and reads wait in the queue pair's cork buffer, and leave, in order and
+// in one gather write, with the next request that is sent at once: a
+// signalled or fenced request, an atomic, a write with immediate data or
+// a send, a large write. (Atomics are not held back: the synchronization
+// above posts them as signals that nobody waits for, such as PSCW's
+// complete, and bulk atomics come as chains whose last request is
+// signalled anyway.) The cork is also sent when it is full, when a
 // completion queue of the context is polled or waited on, when the
 // context is driven (context.Progress), at Close, and at the latest
 // corkDelay after its first frame, so that a request posted and followed
@@ -34,8 +37,7 @@ const corkMax = 2 << 10
 const corkDelay = 200 * time.Microsecond
 
 // coalescable reports whether a request goes into the cork: an
-// unsignalled, unfenced write of at most corkMax bytes, read or atomic
-// on a connection (not a loopback pair).
+// unsignalled, unfenced write of at most corkMax bytes, or read.
 func coalescable(kind uint8, signaled, fenced bool, n uint64) bool {
 	if signaled || fenced {
 		return false
@@ -43,7 +45,7 @@ func coalescable(kind uint8, signaled, fenced bool, n uint64) bool {
 	switch kind {
 	case kReqWrite:
 		return n <= corkMax
-	case kReqRead, kReqFAA, kReqCAS:
+	case kReqRead:
 		return true
 	}
 	return false

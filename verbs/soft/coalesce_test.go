@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -17,8 +15,16 @@ import (
 func corkedPair(t *testing.T, size int) (*side, *side) {
 	t.Helper()
 	a, b := newSide(t, size), newSide(t, size)
-	a.ctx.(*context).corkDelay = time.Hour
-	b.ctx.(*context).corkDelay = time.Hour
+	for _, s := range []*side{a, b} {
+		s.ctx.(*context).corkDelay = time.Hour
+		// A send queue deep enough for a long batch.
+		s.qp.Close()
+		q, err := s.pd.CreateQP(verbs.QPAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ, MaxSendWR: 512, MaxRecvWR: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.qp = q
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- b.qp.Connect(a.qp.Endpoint()) }()
 	if err := a.qp.Connect(b.qp.Endpoint()); err != nil {
@@ -29,9 +35,6 @@ func corkedPair(t *testing.T, size int) (*side, *side) {
 	}
 	return a, b
 }
-
-// word is the 8-byte word of s's buffer at off, for atomic access.
-func (s *side) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.buf[off])) }
 
 // corked is what a's queue pair holds in its cork, in bytes.
 func corked(s *side) int {
@@ -51,6 +54,9 @@ func corked(s *side) int {
 func TestCoalescedBatchOrder(t *testing.T) {
 	const big = corkMax + 1
 	a, b := corkedPair(t, 64<<10)
+	if many := 300; many*(hdrLen+1)+hdrLen > corkSize {
+		t.Fatal("the long batch does not fit the cork")
+	}
 	rwr := verbs.RecvWR{ID: 5, SGL: b.sge(60<<10, 8)}
 	if _, err := b.qp.PostRecv(&rwr); err != nil {
 		t.Fatal(err)
@@ -78,11 +84,15 @@ func TestCoalescedBatchOrder(t *testing.T) {
 		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(16*r, 16), RemoteAddr: b.mr.Addr() + uint64(16*r)})
 		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(16*r, 1), RemoteAddr: b.mr.Addr() + 1000})
 		post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(1024+16*r, 16), RemoteAddr: b.mr.Addr() + uint64(16*r)})
-		post(verbs.SendWR{Op: verbs.OpFetchAdd, SGL: a.sge(2048+8*r, 8), RemoteAddr: b.mr.Addr() + 4096, CompareAdd: 1})
 		if r == 5 {
-			if got, want := corked(a), 6*(4*hdrLen+17); got != want {
-				t.Fatalf("cork holds %d bytes after 6 rounds, want %d", got, want)
+			if got, want := corked(a), 3*hdrLen+17; got != want {
+				t.Fatalf("cork holds %d bytes in round 5, want %d", got, want)
 			}
+		}
+		// An atomic is sent at once, after the cork.
+		post(verbs.SendWR{Op: verbs.OpFetchAdd, SGL: a.sge(2048+8*r, 8), RemoteAddr: b.mr.Addr() + 4096, CompareAdd: 1})
+		if got := corked(a); got != 0 {
+			t.Fatalf("cork holds %d bytes after a fetch-add", got)
 		}
 		if r == 7 { // a large write, sent at once after the cork, then read back
 			for i := range big {
@@ -109,6 +119,17 @@ func TestCoalescedBatchOrder(t *testing.T) {
 			}
 		}
 	}
+	// A long batch: 300 one-byte writes, each of b[1200+i], then a read
+	// of them all, then the signalled request.
+	const many = 300
+	for i := range many {
+		a.buf[20000+i] = byte(i*3 + 1)
+		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(20000+i, 1), RemoteAddr: b.mr.Addr() + 1200 + uint64(i)})
+	}
+	post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(24000, many), RemoteAddr: b.mr.Addr() + 1200})
+	if got, want := corked(a), many*(hdrLen+1)+hdrLen; got != want {
+		t.Fatalf("cork holds %d bytes after %d writes and a read, want %d", got, many, want)
+	}
 	post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(0, 1), RemoteAddr: b.mr.Addr() + 1001})
 	if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
 		t.Fatalf("completion %+v, want request %d", wc, id)
@@ -123,6 +144,9 @@ func TestCoalescedBatchOrder(t *testing.T) {
 		if old := binary.LittleEndian.Uint64(a.buf[2048+8*r:]); old != uint64(r) {
 			t.Fatalf("fetch-add of round %d: old %d", r, old)
 		}
+	}
+	if !bytes.Equal(a.buf[24000:24000+many], a.buf[20000:20000+many]) || !bytes.Equal(b.buf[1200:1200+many], a.buf[20000:20000+many]) {
+		t.Fatal("long batch: data differs")
 	}
 	if !bytes.Equal(a.buf[3072:3088], bytes.Repeat([]byte{14}, 16)) {
 		t.Fatalf("chain's read: %v", a.buf[3072:3088])
@@ -139,10 +163,10 @@ func TestCoalescedBatchOrder(t *testing.T) {
 	}
 }
 
-// TestLoneRequestFlushPoints: an unsignalled write and fetch-add followed
-// by nothing reach the peer when the origin polls or waits on its
-// completion queue, drives the context, closes the queue pair, or, with
-// none of these, when the cork's timer expires.
+// TestLoneRequestFlushPoints: an unsignalled write and read followed by
+// nothing reach the peer when the origin polls or waits on its completion
+// queue, drives the context, closes the queue pair, or, with none of
+// these, when the cork's timer expires.
 func TestLoneRequestFlushPoints(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -168,15 +192,20 @@ func TestLoneRequestFlushPoints(t *testing.T) {
 			}
 			copy(a.buf, "lonely!!")
 			w := verbs.SendWR{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()}
-			fa := verbs.SendWR{ID: 2, Op: verbs.OpFetchAdd, SGL: a.sge(16, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 3}
-			w.Next = &fa
+			rd := verbs.SendWR{ID: 2, Op: verbs.OpRead, SGL: a.sge(16, 8), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()}
+			w.Next = &rd
 			if _, err := a.qp.PostSend(&w); err != nil {
 				t.Fatal(err)
 			}
+			if !c.timer {
+				if got := corked(a); got != 2*hdrLen+8 {
+					t.Fatalf("cork holds %d bytes", got)
+				}
+			}
 			c.flush(a)
-			// The fetch-add's effect, seen with an atomic load, orders
-			// the write before it (executed first) before the check.
-			for end := time.Now().Add(10 * time.Second); atomic.LoadUint64(b.word(0)) != 3; {
+			// The peer's record of the last request it executed (an
+			// atomic) orders its execution before the check.
+			for end := time.Now().Add(10 * time.Second); b.qp.(*qp).lastExec.Load() < 2; {
 				if time.Now().After(end) {
 					t.Fatal("the requests never reached the peer")
 				}
@@ -199,7 +228,7 @@ func TestRefusedInBatch(t *testing.T) {
 		{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 2), RemoteAddr: b.mr.Addr()},
 		{ID: 2, Op: verbs.OpWrite, SGL: a.sge(2, 2), RemoteAddr: b.mr.Addr() + 63}, // beyond the region
 		{ID: 3, Op: verbs.OpWrite, SGL: a.sge(4, 2), RemoteAddr: b.mr.Addr() + 4},
-		{ID: 4, Op: verbs.OpFetchAdd, SGL: a.sge(8, 8), RemoteAddr: b.mr.Addr() + 8, CompareAdd: 1},
+		{ID: 4, Op: verbs.OpRead, SGL: a.sge(8, 8), RemoteAddr: b.mr.Addr() + 8},
 		{ID: 5, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(6, 2), RemoteAddr: b.mr.Addr() + 6},
 	}
 	for i := range wrs {
