@@ -93,6 +93,8 @@ func (q *qp) corkSent() {
 	if q.corked.Load() {
 		q.corked.Store(false)
 		q.ctx.prog.ncorked.Add(-1)
+		// A timer that fires for nothing still wakes a thread.
+		q.corkTimer.Stop()
 	}
 }
 
