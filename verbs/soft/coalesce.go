@@ -23,6 +23,10 @@ import (
 // Ordering is unchanged: the cork holds frames in sequence order and
 // whatever is sent at once goes after them, in the same write; a
 // signalled completion still implies every earlier request completed.
+// As before, a read's data is taken from memory when its response is
+// written, after the requests that arrived with it ran: a later write to
+// the same bytes in one batch may show in it (on InfiniBand too a write
+// may pass an earlier read), and the Fence flag orders them.
 
 // corkSize is the cork buffer of a queue pair (allocated when it
 // connects).
