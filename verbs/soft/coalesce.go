@@ -25,8 +25,8 @@ import (
 // signalled completion still implies every earlier request completed.
 // As before, a read's data is taken from memory when its response is
 // written, after the requests that arrived with it ran: a later write to
-// the same bytes in one batch may show in it (on InfiniBand too a write
-// may pass an earlier read), and the Fence flag orders them.
+// the same bytes in one batch may show in it (in MPI terms the two
+// conflict within an epoch); a Fence flag on the write orders them.
 
 // corkSize is the cork buffer of a queue pair (allocated when it
 // connects).
