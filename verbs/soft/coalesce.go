@@ -30,11 +30,11 @@ import (
 
 // corkSize is the cork buffer of a queue pair (allocated when it
 // connects).
-const corkSize = 32 << 10
+const corkSize = 64 << 10
 
 // corkMax is the largest write payload copied into the cork; larger
 // writes leave at once, straight from registered memory.
-const corkMax = 2 << 10
+const corkMax = 8 << 10
 
 // corkDelay bounds how long a frame may wait in the cork when nothing
 // else sends it (context.corkDelay; tests lengthen it).

@@ -102,7 +102,7 @@ func TestCoalescedBatchOrder(t *testing.T) {
 			if got := corked(a); got != 0 {
 				t.Fatalf("cork holds %d bytes after a large write", got)
 			}
-			post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(16384, big), RemoteAddr: b.mr.Addr() + 8192})
+			post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(32768, big), RemoteAddr: b.mr.Addr() + 8192})
 		}
 		if r == 11 { // a write with immediate data, sent at once
 			post(verbs.SendWR{Op: verbs.OpWriteImm, SGL: a.sge(16*r, 8), RemoteAddr: b.mr.Addr() + 1100, Imm: 77})
@@ -155,7 +155,7 @@ func TestCoalescedBatchOrder(t *testing.T) {
 		binary.LittleEndian.Uint64(b.buf[4104:]) != 9 || b.buf[1001] != 1 {
 		t.Fatalf("target after the batch: %v, last %d, counter %d", b.buf[:16*rounds], b.buf[1000], binary.LittleEndian.Uint64(b.buf[4096:]))
 	}
-	if !bytes.Equal(a.buf[16384:16384+big], a.buf[8192:8192+big]) || !bytes.Equal(b.buf[8192:8192+big], a.buf[8192:8192+big]) {
+	if !bytes.Equal(a.buf[32768:32768+big], a.buf[8192:8192+big]) || !bytes.Equal(b.buf[8192:8192+big], a.buf[8192:8192+big]) {
 		t.Fatal("large write in the batch: data differs")
 	}
 	if wc := waitOne(t, b.recvCQ); wc.ID != 5 || !wc.HasImm || wc.Imm != 77 || !bytes.Equal(b.buf[1100:1108], a.buf[176:184]) {
