@@ -11,11 +11,10 @@ import (
 // TestLargeTransfersInPieces: writes and reads from just under the size
 // received in pieces (resumeMin) to 8 MiB and odd sizes beyond, at odd
 // offsets, land with exact data, whether the reader goroutines receive
-// them (no polling) or a waiting goroutine does, handing the long ones to
-// the reader goroutine (handOverBig).
+// them (no polling) or a waiting goroutine does (payload.go).
 func TestLargeTransfersInPieces(t *testing.T) {
 	const size = 8<<20 + 64
-	sizes := []int{resumeMin - 1, resumeMin, handOverBig - 1, handOverBig + 1, 1<<20 + 3, 8 << 20, 8<<20 + 13}
+	sizes := []int{resumeMin - 1, resumeMin, 256<<10 - 1, 256<<10 + 1, 1<<20 + 3, 8 << 20, 8<<20 + 13}
 	for _, spin := range []string{"", "100us"} {
 		t.Run(fmt.Sprintf("spin=%q", spin), func(t *testing.T) {
 			t.Setenv("RMAGO_SOFT_SPIN", spin)

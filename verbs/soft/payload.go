@@ -13,8 +13,7 @@ import (
 // frame only when the frame has arrived whole (rxStream.frameReady), except
 // the payload of a large write or read response, which it receives as it
 // arrives, across calls: it takes what is there, keeps its place in
-// qp.cur, and goes back to polling (handing a long rest to the reader
-// goroutine, see handOverBig). The next owner of the stream (a
+// qp.cur, and goes back to polling. The next owner of the stream (a
 // waiting goroutine, or the reader goroutine, which waits for the rest with
 // the context's deadline) goes on from there. Receiving a large put in the
 // goroutine that polls anyway, instead of waking the reader goroutine for
@@ -121,15 +120,10 @@ func (q *qp) resume(waiter bool) (bool, error) {
 				}
 				continue
 			}
-			// The rest of a short payload usually follows within a few
-			// yields: keep the frame (and the reader goroutine off it)
-			// that long. A long one is left to the reader goroutine.
+			// The rest usually follows within a few yields: keep the
+			// frame (and the reader goroutine off it) that long.
 			if empty == 0 {
 				q.flushResponses()
-			}
-			if c.rest() >= handOverBig {
-				s.handOver()
-				return false, nil
 			}
 			if empty++; empty > midFrameSpin {
 				return false, nil
@@ -139,25 +133,6 @@ func (q *qp) resume(waiter bool) (bool, error) {
 			return false, err
 		}
 	}
-}
-
-// handOverBig is the rest of a payload that a waiting goroutine finding no
-// data hands to the reader goroutine at once, instead of yielding for it:
-// the reader sleeps in the network poller until the next piece arrives,
-// where a waiter would spin for the whole transfer (milliseconds at
-// several MiB) on a core the sender's copy needs. Measured on the 2-core
-// VM under load, fence3 ping-pong medians: 1 MiB 1216 -> 935 us, 8 MiB
-// 7443 -> 7143 us, and the slowest of 5 runs 4777 -> 1008 and 15651 ->
-// 7174 us.
-const handOverBig = 256 << 10
-
-// rest is how many payload bytes of the frame are still to come.
-func (c *inFrame) rest() int {
-	n := c.left
-	for i := c.i; i < c.nseg; i++ {
-		n += len(c.dst[i])
-	}
-	return n
 }
 
 // finish completes the current frame once its payload is in.
