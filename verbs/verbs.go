@@ -187,13 +187,14 @@ type DeviceAttr struct {
 	// Accumulate: the provider executes OpAccumulate (an rmago
 	// extension, see Accumulate), up to MaxFetchAccumulate bytes per
 	// fetching request (soft and shm). NIC-only providers (ibv) leave it
-	// false: callers
-	// then build accumulates from OpFetchAdd and OpCompareSwap.
+	// false: callers then build accumulates from OpFetchAdd and
+	// OpCompareSwap.
 	Accumulate         bool
 	MaxFetchAccumulate int
 	// PostCopiesPayload: every write's and send's payload has been taken
 	// when PostSend returns (the soft provider writes it to its socket,
-	// shm copies it to the target),
+	// or copies a small one into its send buffer; shm copies it to the
+	// target),
 	// so a request never needs its source buffer afterwards and is
 	// locally complete once posted. Hardware takes only inline payloads
 	// (MaxInline) at post time.
@@ -459,6 +460,10 @@ type QP interface {
 	Connect(remote Endpoint) error
 	// PostSend posts a chain of send requests (linked by Next). Requests
 	// run in order. On error, the returned request is the first not posted.
+	// A provider may hold small unsignalled requests back to send them
+	// together (soft), but no longer than until the next signalled request
+	// on the queue pair, a poll or wait of a completion queue, a Progress
+	// call, or a short bounded delay.
 	PostSend(wr *SendWR) (*SendWR, error)
 	// PostRecv posts a chain of receive requests.
 	PostRecv(wr *RecvWR) (*RecvWR, error)

@@ -56,3 +56,38 @@ func BenchmarkFetchAdd(b *testing.B) {
 		run(b, a, s.sendCQ, s.sge(8, 8), s.mr)
 	})
 }
+
+// BenchmarkWriteStream is an OSU-style put bandwidth window: 32 unsignalled
+// writes of n bytes to consecutive addresses, then a signalled empty write
+// and the wait for it (a flush). The soft provider sends the small ones
+// together (coalesce.go).
+func BenchmarkWriteStream(b *testing.B) {
+	const window = 32 // and the flush: the test queue pairs are 64 deep
+	for _, n := range []int{8, 1024} {
+		b.Run(fmt.Sprintf("bytes=%d", n), func(b *testing.B) {
+			x, y := connected(b, window*n)
+			b.SetBytes(int64(window * n))
+			wrs := make([]verbs.SendWR, window)
+			sges := make([]verbs.SGE, window)
+			for i := range wrs {
+				sges[i] = verbs.SGE{Addr: x.mr.Addr() + uint64(i*n), Length: uint32(n), LKey: x.mr.LKey()}
+				wrs[i] = verbs.SendWR{Op: verbs.OpWrite, SGL: sges[i : i+1], RemoteAddr: y.mr.Addr() + uint64(i*n), RKey: y.mr.RKey()}
+			}
+			flush := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}
+			wc := make([]verbs.WC, 1)
+			for b.Loop() {
+				for i := range wrs {
+					if _, err := x.qp.PostSend(&wrs[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := x.qp.PostSend(&flush); err != nil {
+					b.Fatal(err)
+				}
+				if k, err := x.sendCQ.Wait(wc, time.Time{}); err != nil || k != 1 || wc[0].Status != verbs.StatusSuccess {
+					b.Fatal(k, err, wc[0])
+				}
+			}
+		})
+	}
+}

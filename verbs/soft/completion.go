@@ -60,7 +60,10 @@ func (q *cq) grow() {
 	q.ring, q.head = ring, 0
 }
 
+// Poll first sends the corks of the context's queue pairs (coalesce.go):
+// the caller may be waiting for what they hold.
 func (q *cq) Poll(wc []verbs.WC) (int, error) {
+	q.prog.flushCorks()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.overrun {
@@ -79,10 +82,11 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	return k, nil
 }
 
-// Wait first drives the receive engines of the context's queue pairs
-// itself while frames keep coming (rx.go), then sleeps until a completion
-// or the deadline.
+// Wait first sends the corks of the context's queue pairs (coalesce.go),
+// then drives their receive engines itself while frames keep coming
+// (rx.go), then sleeps until a completion or the deadline.
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
+	q.prog.flushCorks()
 	if n, err := q.prog.spinWaiter(q, wc, deadline); n > 0 || err != nil {
 		return n, err
 	}

@@ -91,6 +91,11 @@ func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 	q.mu.Unlock()
 	q.sendMu.Lock()
 	q.loop = q.loopPeer(remote)
+	if q.loop == nil {
+		q.cork = make([]byte, corkSize)
+		q.corkTimer = time.AfterFunc(time.Hour, q.corkExpired)
+		q.corkTimer.Stop()
+	}
 	q.sendMu.Unlock()
 	q.finished.Add(2)
 	go q.serve()

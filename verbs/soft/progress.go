@@ -51,6 +51,7 @@ type progress struct {
 	token    atomic.Int32          // 0: nobody spins; spinReader; spinWaiter
 	waiters  atomic.Int32          // goroutines in cq.Wait that want the token
 	handover atomic.Bool           // a Progress caller wants the token
+	ncorked  atomic.Int32          // queue pairs with frames in their cork (coalesce.go)
 }
 
 const (
@@ -182,6 +183,7 @@ func (g *progress) spinReader() {
 // returns false; the next one polls). It reports whether any frame ran.
 func (c *context) Progress() bool {
 	g := &c.prog
+	g.flushCorks()
 	if g.spinFor <= 0 {
 		return false
 	}

@@ -23,6 +23,11 @@ const maxSGE = 4
 // gather write (one system call).
 const postBatch = 32
 
+// maxIov is the longest gather list of a write: a batch's frames and
+// their payloads, each frame after a piece of the cork, and the rest of
+// the cork.
+const maxIov = postBatch*(2+maxSGE) + 1
+
 // Queue pair states.
 const (
 	stInit = iota
@@ -55,10 +60,17 @@ type qp struct {
 	// A chain of requests leaves in one gather write: up to postBatch
 	// frames are encoded here before the write.
 	hdrs    [postBatch][hdrLen]byte
-	bufs    [postBatch * (1 + maxSGE)][]byte
+	bufs    [maxIov][]byte
 	nframes int
 	nbufs   int
 	nextSeq uint64
+	// The cork (coalesce.go): frames of small unsignalled requests waiting
+	// for the next write. cork[:corkRef] is already in bufs.
+	cork      []byte // corkSize, allocated at attach
+	corkLen   int
+	corkRef   int
+	corked    atomic.Bool // corkLen > 0 (read by pollers without sendMu)
+	corkTimer *time.Timer // sends the cork corkDelay after its first frame
 
 	// mu guards the state, the pending ring and the receive ring; cond
 	// wakes posters waiting for earlier reads (the Fence flag).
@@ -106,7 +118,7 @@ type qp struct {
 	respHdrs   [respBatch][hdrLen]byte
 	// Every write's gather list, under wrMu (write.go): requests (a batch
 	// of postBatch frames), immediate and queued responses.
-	iov     [postBatch * (1 + maxSGE)]syscall.Iovec
+	iov     [maxIov]syscall.Iovec
 	iovN    int
 	wrN     int
 	writeFn func(uintptr) bool // writevOnce, bound once
@@ -199,6 +211,7 @@ func (q *qp) Close() error {
 	q.mu.Unlock()
 	if rts {
 		q.sendMu.Lock()
+		q.sendBatch() // what the cork holds goes before the goodbye
 		f := frame{kind: kGoodbye, seq: q.lastExec.Load()}
 		f.encode(&q.hdr)
 		q.wrMu.Lock()
@@ -217,6 +230,11 @@ func (q *qp) Close() error {
 		}
 	}
 	q.fail(verbs.StatusFlushed, verbs.ErrClosed)
+	q.sendMu.Lock()
+	if q.corkTimer != nil {
+		q.corkTimer.Stop()
+	}
+	q.sendMu.Unlock()
 	q.finished.Wait()
 	q.ctx.prog.detach(q)
 	q.ctx.mu.Lock()

@@ -47,7 +47,8 @@ func (q *qp) resolve(s verbs.SGE, need verbs.Access) (*region, []byte, error) {
 
 // PostSend posts a chain of work requests. Their frames go out together,
 // postBatch at a time, in one gather write each, as a NIC fetches a chain
-// with one doorbell.
+// with one doorbell; small unsignalled requests wait in the cork for the
+// next one that is sent (coalesce.go).
 func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
@@ -57,13 +58,16 @@ func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 			return wr, err
 		}
 	}
-	q.sendBatch()
+	if q.nframes > 0 {
+		q.sendBatch() // with the cork before its frames
+	}
 	return nil, nil
 }
 
-// sendBatch writes the frames encoded so far; sendMu held.
+// sendBatch writes the cork and the frames encoded so far; sendMu held.
 func (q *qp) sendBatch() {
-	if q.nframes == 0 {
+	q.uncork()
+	if q.nbufs == 0 {
 		return
 	}
 	q.wrMu.Lock()
@@ -71,6 +75,7 @@ func (q *qp) sendBatch() {
 	q.wrMu.Unlock()
 	clear(q.bufs[:q.nbufs])
 	q.nframes, q.nbufs = 0, 0
+	q.corkSent()
 	if err != nil {
 		q.fail(verbs.StatusTransport, q.sendErr("requests", err))
 		// The requests are recorded and have been flushed with an error
@@ -177,7 +182,13 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	q.mu.Unlock()
 
-	// Queue the frame for the batch's gather write.
+	if coalescable(f.kind, p.signaled, wr.Flags&verbs.Fence != 0, total) {
+		q.corkFrame(&f, &payload, len(wr.SGL))
+		release()
+		return nil
+	}
+	// Queue the frame for the batch's gather write, after the cork.
+	q.uncork()
 	h := &q.hdrs[q.nframes]
 	f.encode(h)
 	release()

@@ -113,6 +113,8 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 		qps:     map[uint32]*qp{},
 		waiting: map[uint32]net.Conn{},
 		timeout: cfg.Timeout,
+
+		corkDelay: corkDelay,
 	}
 	c.prog.spinFor = spinOf(cfg)
 	var b [4]byte
@@ -133,6 +135,9 @@ type context struct {
 	// peer stopped sending halfway, and the wait of Dereg for requests the
 	// peer does not answer (verbs.Config.Timeout; 0: none).
 	timeout time.Duration
+	// corkDelay bounds how long a small request waits in a queue pair's
+	// cork (coalesce.go).
+	corkDelay time.Duration
 
 	mu      sync.Mutex
 	qps     map[uint32]*qp      // by number

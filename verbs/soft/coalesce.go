@@ -1,0 +1,137 @@
+package soft
+
+import (
+	"time"
+)
+
+// Coalescing small requests. Every frame used to leave in its own writev,
+// so an 8-byte put stream was one system call per put on each side. Now
+// the frames of small unsignalled writes (their payload copied, so that
+// posting still takes the payload: verbs.DeviceAttr.PostCopiesPayload)
+// and reads wait in the queue pair's cork buffer, and leave, in order and
+// in one gather write, with the next request that is sent at once: a
+// signalled or fenced request, an atomic, a write with immediate data or
+// a send, a large write. (Atomics are not held back: the synchronization
+// above posts them as signals that nobody waits for, such as PSCW's
+// complete, and bulk atomics come as chains whose last request is
+// signalled anyway.) The cork is also sent when it is full, when a
+// completion queue of the context is polled or waited on, when the
+// context is driven (context.Progress), at Close, and at the latest
+// corkDelay after its first frame, so that a request posted and followed
+// by nothing still reaches the peer.
+//
+// Ordering is unchanged: the cork holds frames in sequence order and
+// whatever is sent at once goes after them, in the same write; a
+// signalled completion still implies every earlier request completed.
+// As before, a read's data is taken from memory when its response is
+// written, after the requests that arrived with it ran: a later write to
+// the same bytes in one batch may show in it (in MPI terms the two
+// conflict within an epoch); a Fence flag on the write orders them.
+
+// corkSize is the cork buffer of a queue pair (allocated when it
+// connects).
+const corkSize = 64 << 10
+
+// corkMax is the largest write payload copied into the cork; larger
+// writes leave at once, straight from registered memory.
+const corkMax = 8 << 10
+
+// corkDelay bounds how long a frame may wait in the cork when nothing
+// else sends it (context.corkDelay; tests lengthen it).
+const corkDelay = 200 * time.Microsecond
+
+// coalescable reports whether a request goes into the cork: an
+// unsignalled, unfenced write of at most corkMax bytes, or read.
+func coalescable(kind uint8, signaled, fenced bool, n uint64) bool {
+	if signaled || fenced {
+		return false
+	}
+	switch kind {
+	case kReqWrite:
+		return n <= corkMax
+	case kReqRead:
+		return true
+	}
+	return false
+}
+
+// corkFrame appends f and its payload (a write's data, copied) to the
+// cork; sendMu held. A full cork is sent first.
+func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
+	need := hdrLen
+	if f.kind == kReqWrite {
+		need += int(f.len)
+	}
+	if q.corkLen+need > len(q.cork) {
+		q.sendBatch()
+	}
+	f.encode((*[hdrLen]byte)(q.cork[q.corkLen:]))
+	off := q.corkLen + hdrLen
+	if f.kind == kReqWrite {
+		for i := range nseg {
+			off += copy(q.cork[off:], payload[i])
+		}
+	}
+	q.corkLen = off
+	if !q.corked.Load() {
+		q.corked.Store(true)
+		q.ctx.prog.ncorked.Add(1)
+		q.corkTimer.Reset(q.ctx.corkDelay)
+	}
+}
+
+// uncork puts what the cork holds beyond what the batch already refers to
+// into the batch's gather list, before the frame queued next; sendMu
+// held.
+func (q *qp) uncork() {
+	if q.corkLen > q.corkRef {
+		q.bufs[q.nbufs] = q.cork[q.corkRef:q.corkLen]
+		q.nbufs++
+		q.corkRef = q.corkLen
+	}
+}
+
+// corkSent records that the cork's frames were written; sendMu held.
+func (q *qp) corkSent() {
+	q.corkLen, q.corkRef = 0, 0
+	if q.corked.Load() {
+		q.corked.Store(false)
+		q.ctx.prog.ncorked.Add(-1)
+		// A timer that fires for nothing still wakes a thread.
+		q.corkTimer.Stop()
+	}
+}
+
+// flushCork sends the cork unless another goroutine is posting (it sends
+// it, or corks more and leaves it to the next flush point).
+func (q *qp) flushCork() {
+	if q.corked.Load() && q.sendMu.TryLock() {
+		q.sendBatch()
+		q.sendMu.Unlock()
+	}
+}
+
+// corkExpired is the cork timer's function: the frames waited corkDelay.
+func (q *qp) corkExpired() {
+	if q.corked.Load() {
+		q.sendMu.Lock()
+		q.sendBatch()
+		q.sendMu.Unlock()
+	}
+}
+
+// flushCorks sends the corks of the context's queue pairs: a goroutine
+// that polls or waits for completions or drives the context may be
+// waiting for what they hold.
+func (g *progress) flushCorks() {
+	if g.ncorked.Load() == 0 {
+		return
+	}
+	list := g.qps.Load()
+	if list == nil {
+		return
+	}
+	for _, p := range *list {
+		p.flushCork()
+	}
+}

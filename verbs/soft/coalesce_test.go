@@ -1,0 +1,261 @@
+package soft
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// corkedPair is connected with corks that no timer sends: only the flush
+// points under test (or a request sent at once) do.
+func corkedPair(t *testing.T, size int) (*side, *side) {
+	t.Helper()
+	a, b := newSide(t, size), newSide(t, size)
+	for _, s := range []*side{a, b} {
+		s.ctx.(*context).corkDelay = time.Hour
+		// A send queue deep enough for a long batch.
+		s.qp.Close()
+		q, err := s.pd.CreateQP(verbs.QPAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ, MaxSendWR: 512, MaxRecvWR: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.qp = q
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.qp.Connect(a.qp.Endpoint()) }()
+	if err := a.qp.Connect(b.qp.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// corked is what a's queue pair holds in its cork, in bytes.
+func corked(s *side) int {
+	q := s.qp.(*qp)
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	return q.corkLen
+}
+
+// TestCoalescedBatchOrder: unsignalled small writes (overwriting each
+// other), reads of what they wrote and fetch-adds wait in the cork, then
+// leave with a signalled request, all in order: later writes win, reads
+// see the writes before them, the fetch-adds return consecutive values,
+// and the one completion (the signalled request's) implies all of them.
+// Requests sent at once in between (a large write, a write with
+// immediate data, a signalled fetch-add in a chain) keep their places.
+func TestCoalescedBatchOrder(t *testing.T) {
+	const big = corkMax + 1
+	a, b := corkedPair(t, 64<<10)
+	if many := 300; many*(hdrLen+1)+hdrLen > corkSize {
+		t.Fatal("the long batch does not fit the cork")
+	}
+	rwr := verbs.RecvWR{ID: 5, SGL: b.sge(60<<10, 8)}
+	if _, err := b.qp.PostRecv(&rwr); err != nil {
+		t.Fatal(err)
+	}
+	id := uint64(0)
+	post := func(wr verbs.SendWR) {
+		t.Helper()
+		id++
+		wr.ID, wr.RKey = id, b.mr.RKey()
+		if _, err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Round r writes byte r+1 to b[16r:16r+16] and to b[1000] (which
+	// every round overwrites), then reads b[16r:16r+16] into
+	// a[1024+16r:], then adds 1 to the counter at b[4096], old value to
+	// a[2048+8r]. (A read's data leaves with its response, after the
+	// requests that arrived with it ran: a read and a later write of the
+	// same bytes in one batch conflict, as in an MPI epoch.)
+	const rounds = 20
+	for r := range rounds {
+		for i := range 16 {
+			a.buf[16*r+i] = byte(r + 1)
+		}
+		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(16*r, 16), RemoteAddr: b.mr.Addr() + uint64(16*r)})
+		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(16*r, 1), RemoteAddr: b.mr.Addr() + 1000})
+		post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(1024+16*r, 16), RemoteAddr: b.mr.Addr() + uint64(16*r)})
+		if r == 5 {
+			if got, want := corked(a), 3*hdrLen+17; got != want {
+				t.Fatalf("cork holds %d bytes in round 5, want %d", got, want)
+			}
+		}
+		// An atomic is sent at once, after the cork.
+		post(verbs.SendWR{Op: verbs.OpFetchAdd, SGL: a.sge(2048+8*r, 8), RemoteAddr: b.mr.Addr() + 4096, CompareAdd: 1})
+		if got := corked(a); got != 0 {
+			t.Fatalf("cork holds %d bytes after a fetch-add", got)
+		}
+		if r == 7 { // a large write, sent at once after the cork, then read back
+			for i := range big {
+				a.buf[8192+i] = byte(i*13 + 1)
+			}
+			post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(8192, big), RemoteAddr: b.mr.Addr() + 8192})
+			if got := corked(a); got != 0 {
+				t.Fatalf("cork holds %d bytes after a large write", got)
+			}
+			post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(32768, big), RemoteAddr: b.mr.Addr() + 8192})
+		}
+		if r == 11 { // a write with immediate data, sent at once
+			post(verbs.SendWR{Op: verbs.OpWriteImm, SGL: a.sge(16*r, 8), RemoteAddr: b.mr.Addr() + 1100, Imm: 77})
+		}
+		if r == 13 { // a chain: unsignalled read, signalled fetch-add
+			rd := verbs.SendWR{ID: 1000, Op: verbs.OpRead, SGL: a.sge(3072, 16), RemoteAddr: b.mr.Addr() + 16*13, RKey: b.mr.RKey()}
+			fa := verbs.SendWR{ID: 1001, Op: verbs.OpFetchAdd, Flags: verbs.Signaled, SGL: a.sge(3200, 8), RemoteAddr: b.mr.Addr() + 4104, RKey: b.mr.RKey(), CompareAdd: 9}
+			rd.Next = &fa
+			if _, err := a.qp.PostSend(&rd); err != nil {
+				t.Fatal(err)
+			}
+			if wc := waitOne(t, a.sendCQ); wc.ID != 1001 || wc.Status != verbs.StatusSuccess {
+				t.Fatalf("chain's completion %+v", wc)
+			}
+		}
+	}
+	// A long batch: 300 one-byte writes, each of b[1200+i], then a read
+	// of them all, then the signalled request.
+	const many = 300
+	for i := range many {
+		a.buf[20000+i] = byte(i*3 + 1)
+		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(20000+i, 1), RemoteAddr: b.mr.Addr() + 1200 + uint64(i)})
+	}
+	post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(24000, many), RemoteAddr: b.mr.Addr() + 1200})
+	if got, want := corked(a), many*(hdrLen+1)+hdrLen; got != want {
+		t.Fatalf("cork holds %d bytes after %d writes and a read, want %d", got, many, want)
+	}
+	post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(0, 1), RemoteAddr: b.mr.Addr() + 1001})
+	if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, id)
+	}
+	if n, _ := a.sendCQ.Poll(make([]verbs.WC, 4)); n != 0 {
+		t.Fatalf("unsignalled requests produced %d completions", n)
+	}
+	for r := range rounds {
+		if got, want := a.buf[1024+16*r:1024+16*r+16], bytes.Repeat([]byte{byte(r + 1)}, 16); !bytes.Equal(got, want) {
+			t.Fatalf("read of round %d: %v, want %v", r, got, want)
+		}
+		if old := binary.LittleEndian.Uint64(a.buf[2048+8*r:]); old != uint64(r) {
+			t.Fatalf("fetch-add of round %d: old %d", r, old)
+		}
+	}
+	if !bytes.Equal(a.buf[24000:24000+many], a.buf[20000:20000+many]) || !bytes.Equal(b.buf[1200:1200+many], a.buf[20000:20000+many]) {
+		t.Fatal("long batch: data differs")
+	}
+	if !bytes.Equal(a.buf[3072:3088], bytes.Repeat([]byte{14}, 16)) {
+		t.Fatalf("chain's read: %v", a.buf[3072:3088])
+	}
+	if !bytes.Equal(b.buf[:16*rounds], a.buf[:16*rounds]) || b.buf[1000] != rounds || binary.LittleEndian.Uint64(b.buf[4096:]) != rounds ||
+		binary.LittleEndian.Uint64(b.buf[4104:]) != 9 || b.buf[1001] != 1 {
+		t.Fatalf("target after the batch: %v, last %d, counter %d", b.buf[:16*rounds], b.buf[1000], binary.LittleEndian.Uint64(b.buf[4096:]))
+	}
+	if !bytes.Equal(a.buf[32768:32768+big], a.buf[8192:8192+big]) || !bytes.Equal(b.buf[8192:8192+big], a.buf[8192:8192+big]) {
+		t.Fatal("large write in the batch: data differs")
+	}
+	if wc := waitOne(t, b.recvCQ); wc.ID != 5 || !wc.HasImm || wc.Imm != 77 || !bytes.Equal(b.buf[1100:1108], a.buf[176:184]) {
+		t.Fatalf("write with immediate: %+v, data %v", wc, b.buf[1100:1108])
+	}
+}
+
+// TestLoneRequestFlushPoints: an unsignalled write and read followed by
+// nothing reach the peer when the origin polls or waits on its completion
+// queue, drives the context, closes the queue pair, or, with none of
+// these, when the cork's timer expires.
+func TestLoneRequestFlushPoints(t *testing.T) {
+	cases := []struct {
+		name  string
+		timer bool
+		flush func(a *side)
+	}{
+		{"poll", false, func(a *side) { a.sendCQ.Poll(make([]verbs.WC, 1)) }},
+		{"wait", false, func(a *side) { a.sendCQ.Wait(make([]verbs.WC, 1), time.Now().Add(time.Millisecond)) }},
+		{"progress", false, func(a *side) {
+			a.ctx.(verbs.Progresser).Progress()
+			a.ctx.(verbs.Progresser).EndProgress()
+		}},
+		{"close", false, func(a *side) { a.qp.Close() }},
+		{"timer", true, func(a *side) {}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var a, b *side
+			if c.timer {
+				a, b = connected(t, 64)
+			} else {
+				a, b = corkedPair(t, 64)
+			}
+			copy(a.buf, "lonely!!")
+			w := verbs.SendWR{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()}
+			rd := verbs.SendWR{ID: 2, Op: verbs.OpRead, SGL: a.sge(16, 8), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()}
+			w.Next = &rd
+			if _, err := a.qp.PostSend(&w); err != nil {
+				t.Fatal(err)
+			}
+			if !c.timer {
+				if got := corked(a); got != 2*hdrLen+8 {
+					t.Fatalf("cork holds %d bytes", got)
+				}
+			}
+			c.flush(a)
+			// The peer's record of the last request it executed (an
+			// atomic) orders its execution before the check.
+			for end := time.Now().Add(10 * time.Second); b.qp.(*qp).lastExec.Load() < 2; {
+				if time.Now().After(end) {
+					t.Fatal("the requests never reached the peer")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if string(b.buf[8:16]) != "lonely!!" {
+				t.Fatalf("write: %q", b.buf[8:16])
+			}
+		})
+	}
+}
+
+// TestRefusedInBatch: a coalesced batch whose middle request is refused
+// completes that request with the remote access error and the later ones
+// as flushed, and executes nothing after it; the one before it executed.
+func TestRefusedInBatch(t *testing.T) {
+	a, b := corkedPair(t, 64)
+	copy(a.buf, "abcdefgh")
+	wrs := []verbs.SendWR{
+		{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 2), RemoteAddr: b.mr.Addr()},
+		{ID: 2, Op: verbs.OpWrite, SGL: a.sge(2, 2), RemoteAddr: b.mr.Addr() + 63}, // beyond the region
+		{ID: 3, Op: verbs.OpWrite, SGL: a.sge(4, 2), RemoteAddr: b.mr.Addr() + 4},
+		{ID: 4, Op: verbs.OpRead, SGL: a.sge(8, 8), RemoteAddr: b.mr.Addr() + 8},
+		{ID: 5, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(6, 2), RemoteAddr: b.mr.Addr() + 6},
+	}
+	for i := range wrs {
+		wrs[i].RKey = b.mr.RKey()
+		if _, err := a.qp.PostSend(&wrs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			if got, want := corked(a), 4*hdrLen+6; got != want {
+				t.Fatalf("cork holds %d bytes, want %d", got, want)
+			}
+		}
+	}
+	want := []struct {
+		id uint64
+		st verbs.Status
+	}{{2, verbs.StatusRemoteAccess}, {3, verbs.StatusFlushed}, {4, verbs.StatusFlushed}, {5, verbs.StatusFlushed}}
+	for _, w := range want {
+		wc := waitOne(t, a.sendCQ)
+		if wc.ID != w.id || wc.Status != w.st {
+			t.Fatalf("completion %+v, want request %d with %v", wc, w.id, w.st)
+		}
+	}
+	if !errors.Is(a.qp.(verbs.ErrorReporter).Err(), verbs.ErrRemoteAccess) {
+		t.Fatalf("cause %v", a.qp.(verbs.ErrorReporter).Err())
+	}
+	if got := b.buf[:16]; !bytes.Equal(got, append([]byte("ab"), make([]byte, 14)...)) {
+		t.Fatalf("target %q: only the first write may have executed", got)
+	}
+}
