@@ -16,7 +16,7 @@ import (
 // complete, and bulk atomics come as chains whose last request is
 // signalled anyway.) The cork is also sent when it is full, when a
 // completion queue of the context is polled or waited on, when the
-// context is driven (context.Progress), at Close, and at the latest
+// context is driven (device.Progress), at Close, and at the latest
 // corkDelay after its first frame, so that a request posted and followed
 // by nothing still reaches the peer.
 //
@@ -37,7 +37,7 @@ const corkSize = 64 << 10
 const corkMax = 8 << 10
 
 // corkDelay bounds how long a frame may wait in the cork when nothing
-// else sends it (context.corkDelay; tests lengthen it).
+// else sends it (device.corkDelay; tests lengthen it).
 const corkDelay = 200 * time.Microsecond
 
 // coalescable reports whether a request goes into the cork: an
@@ -63,7 +63,7 @@ func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
 		need += int(f.len)
 	}
 	if q.corkLen+need > len(q.cork) {
-		q.sendBatch()
+		q.sendQueued()
 	}
 	f.encode((*[hdrLen]byte)(q.cork[q.corkLen:]))
 	off := q.corkLen + hdrLen
@@ -102,11 +102,11 @@ func (q *qp) corkSent() {
 	}
 }
 
-// flushCork sends the cork unless another goroutine is posting (it sends
+// sendCork sends the cork unless another goroutine is posting (it sends
 // it, or corks more and leaves it to the next flush point).
-func (q *qp) flushCork() {
+func (q *qp) sendCork() {
 	if q.corked.Load() && q.sendMu.TryLock() {
-		q.sendBatch()
+		q.sendQueued()
 		q.sendMu.Unlock()
 	}
 }
@@ -115,15 +115,15 @@ func (q *qp) flushCork() {
 func (q *qp) corkExpired() {
 	if q.corked.Load() {
 		q.sendMu.Lock()
-		q.sendBatch()
+		q.sendQueued()
 		q.sendMu.Unlock()
 	}
 }
 
-// flushCorks sends the corks of the context's queue pairs: a goroutine
+// sendCorks sends the corks of the context's queue pairs: a goroutine
 // that polls or waits for completions or drives the context may be
 // waiting for what they hold.
-func (g *progress) flushCorks() {
+func (g *progress) sendCorks() {
 	if g.ncorked.Load() == 0 {
 		return
 	}
@@ -132,6 +132,6 @@ func (g *progress) flushCorks() {
 		return
 	}
 	for _, p := range *list {
-		p.flushCork()
+		p.sendCork()
 	}
 }

@@ -16,7 +16,7 @@ func corkedPair(t *testing.T, size int) (*side, *side) {
 	t.Helper()
 	a, b := newSide(t, size), newSide(t, size)
 	for _, s := range []*side{a, b} {
-		s.ctx.(*context).corkDelay = time.Hour
+		s.ctx.(*device).corkDelay = time.Hour
 		// A send queue deep enough for a long batch.
 		s.qp.Close()
 		q, err := s.pd.CreateQP(verbs.QPAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ, MaxSendWR: 512, MaxRecvWR: 16})

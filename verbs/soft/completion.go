@@ -63,7 +63,7 @@ func (q *cq) grow() {
 // Poll first sends the corks of the context's queue pairs (coalesce.go):
 // the caller may be waiting for what they hold.
 func (q *cq) Poll(wc []verbs.WC) (int, error) {
-	q.prog.flushCorks()
+	q.prog.sendCorks()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.overrun {
@@ -86,7 +86,7 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 // then drives their receive engines itself while frames keep coming
 // (rx.go), then sleeps until a completion or the deadline.
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
-	q.prog.flushCorks()
+	q.prog.sendCorks()
 	if n, err := q.prog.spinWaiter(q, wc, deadline); n > 0 || err != nil {
 		return n, err
 	}
@@ -144,8 +144,8 @@ func (q *qp) completeHead(status verbs.Status) {
 	q.pn--
 }
 
-// flushLocked completes everything outstanding after a failure; q.mu held.
-func (q *qp) flushLocked() {
+// failPendingLocked completes everything outstanding after a failure; q.mu held.
+func (q *qp) failPendingLocked() {
 	for i := 0; q.pn > 0; i++ {
 		st := verbs.StatusFlushed
 		if i == 0 {

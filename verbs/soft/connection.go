@@ -149,7 +149,7 @@ func (q *qp) await(remote verbs.Endpoint) (net.Conn, int, error) {
 // acceptLoop authenticates incoming connections and hands each to the
 // queue pair it names. Anything that fails authentication is dropped
 // before a single request is read.
-func (c *context) acceptLoop() {
+func (c *device) acceptLoop() {
 	defer c.wg.Done()
 	for {
 		conn, err := c.ln.Accept()

@@ -35,12 +35,12 @@ const (
 )
 
 // ListenEndpoint is the endpoint peers Dial (verbs.ConnManager).
-func (c *context) ListenEndpoint() verbs.Endpoint {
+func (c *device) ListenEndpoint() verbs.Endpoint {
 	return verbs.Endpoint{Addr: c.ln.Addr().String(), Device: "soft0", MTU: deviceAttr().MTU}
 }
 
 // Accept installs the acceptor of on-demand requests (verbs.ConnManager).
-func (c *context) Accept(fn func(verbs.ConnRequest)) {
+func (c *device) Accept(fn func(verbs.ConnRequest)) {
 	c.mu.Lock()
 	c.acceptFn = fn
 	c.mu.Unlock()
@@ -48,7 +48,7 @@ func (c *context) Accept(fn func(verbs.ConnRequest)) {
 
 // connectTimeout bounds each step of an on-demand connection: the
 // provider's ConnectTimeout, or the context's timeout if shorter.
-func (c *context) connectTimeout() time.Duration {
+func (c *device) connectTimeout() time.Duration {
 	if c.timeout > 0 && c.timeout < ConnectTimeout {
 		return c.timeout
 	}
@@ -57,7 +57,7 @@ func (c *context) connectTimeout() time.Duration {
 
 // onDemand hands an authenticated request that names no queue pair to the
 // acceptor.
-func (c *context) onDemand(ac acceptedConn, payload *[auth.PayloadLen]byte) {
+func (c *device) onDemand(ac acceptedConn, payload *[auth.PayloadLen]byte) {
 	req := &connRequest{c: c, ac: ac, private: binary.LittleEndian.Uint64(payload[12:])}
 	port := binary.LittleEndian.Uint16(payload[20:])
 	host, _, _ := net.SplitHostPort(ac.conn.RemoteAddr().String())
@@ -80,7 +80,7 @@ func (c *context) onDemand(ac acceptedConn, payload *[auth.PayloadLen]byte) {
 
 // connRequest is an on-demand request waiting for the acceptor's answer.
 type connRequest struct {
-	c        *context
+	c        *device
 	ac       acceptedConn
 	private  uint64
 	addr     string // the dialer's listening address
@@ -157,7 +157,7 @@ func (r *connRequest) Accept(qv verbs.QP) error {
 var errCrossedReply = errors.New("soft: crossed")
 
 // Dial connects q on demand (verbs.ConnManager).
-func (c *context) Dial(qv verbs.QP, remote verbs.Endpoint, private uint64) error {
+func (c *device) Dial(qv verbs.QP, remote verbs.Endpoint, private uint64) error {
 	q, ok := qv.(*qp)
 	if !ok || q.ctx != c {
 		return fmt.Errorf("%w: the queue pair must come from this soft context", verbs.ErrInvalid)

@@ -73,7 +73,7 @@ func (r *region) lockIdle() {
 
 // failHolders fails the queue pairs with requests outstanding on r for
 // longer than the timeout.
-func (c *context) failHolders(r *region) {
+func (c *device) failHolders(r *region) {
 	c.mu.Lock()
 	qps := make([]*qp, 0, len(c.qps))
 	for _, q := range c.qps {

@@ -15,4 +15,4 @@ func acquire() { wireOrder.Load() }
 
 // SyncMemory orders the responder's changes to registered memory before the
 // caller's next reads (verbs.MemorySyncer).
-func (c *context) SyncMemory() { acquire() }
+func (c *device) SyncMemory() { acquire() }

@@ -144,7 +144,7 @@ func (q *qp) resume(waiter bool) (bool, error) {
 			// The rest usually follows within a few yields: keep the
 			// frame (and the reader goroutine off it) that long.
 			if empty == 0 {
-				q.flushResponses()
+				q.sendResponses()
 			}
 			if empty++; empty > midFrameSpin {
 				return false, nil

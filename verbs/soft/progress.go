@@ -181,9 +181,9 @@ func (g *progress) spinReader() {
 // (verbs.Progresser) as a waiter, which keeps the token until EndProgress:
 // a spinning reader goroutine is asked to hand it over (this call then
 // returns false; the next one polls). It reports whether any frame ran.
-func (c *context) Progress() bool {
+func (c *device) Progress() bool {
 	g := &c.prog
-	g.flushCorks()
+	g.sendCorks()
 	if g.spinFor <= 0 {
 		return false
 	}
@@ -201,6 +201,6 @@ func (c *context) Progress() bool {
 }
 
 // EndProgress gives the token back (verbs.Progresser).
-func (c *context) EndProgress() {
+func (c *device) EndProgress() {
 	c.prog.token.CompareAndSwap(spinWaiter, 0)
 }

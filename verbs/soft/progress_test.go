@@ -25,7 +25,7 @@ func TestSpinSetting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ctx.(*context).prog.spinFor; got != c.want {
+		if got := ctx.(*device).prog.spinFor; got != c.want {
 			t.Errorf("Config.Spin %v: spin %v, want %v", c.spin, got, c.want)
 		}
 		ctx.Close()
@@ -38,7 +38,7 @@ func TestSpinSetting(t *testing.T) {
 	}
 	for v, want := range map[string]time.Duration{"250us": 250 * time.Microsecond, "0": 0, "": DefaultSpin} {
 		t.Setenv("RMAGO_SOFT_SPIN", v)
-		if got := newSide(t, 64).ctx.(*context).prog.spinFor; got != want {
+		if got := newSide(t, 64).ctx.(*device).prog.spinFor; got != want {
 			t.Errorf("RMAGO_SOFT_SPIN=%q: spin %v, want %v", v, got, want)
 		}
 	}

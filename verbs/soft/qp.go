@@ -36,7 +36,7 @@ const (
 )
 
 type qp struct {
-	ctx     *context
+	ctx     *device
 	pd      *pd
 	num     uint32
 	sendCQ  *cq
@@ -211,7 +211,7 @@ func (q *qp) Close() error {
 	q.mu.Unlock()
 	if rts {
 		q.sendMu.Lock()
-		q.sendBatch() // what the cork holds goes before the goodbye
+		q.sendQueued() // what the cork holds goes before the goodbye
 		f := frame{kind: kGoodbye, seq: q.lastExec.Load()}
 		f.encode(&q.hdr)
 		q.wrMu.Lock()
@@ -265,7 +265,7 @@ func (q *qp) fail(status verbs.Status, cause error) {
 		q.conn.Close()
 	}
 	if !running {
-		q.flushLocked()
+		q.failPendingLocked()
 	}
 	q.cond.Broadcast()
 	q.mu.Unlock()

@@ -36,7 +36,7 @@ func (q *qp) respond(r response) {
 		return
 	}
 	if q.nresp == respBatch {
-		q.flushResponses()
+		q.sendResponses()
 	}
 	q.resps[q.nresp] = r
 	q.nresp++
@@ -45,12 +45,12 @@ func (q *qp) respond(r response) {
 // respBatch is the most responses collected before they are sent.
 const respBatch = 32
 
-// flushResponses sends the collected responses; rxMu held. They are
+// sendResponses sends the collected responses; rxMu held. They are
 // written at once if the socket takes them without blocking and nothing is
 // queued before them; otherwise they (or what a partial write left) go to
 // the writer goroutine, so that the receive engine never blocks on a write
 // (two peers blocked writing to each other would deadlock).
-func (q *qp) flushResponses() {
+func (q *qp) sendResponses() {
 	n := q.nresp
 	if n == 0 {
 		return

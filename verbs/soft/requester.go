@@ -54,18 +54,18 @@ func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	defer q.sendMu.Unlock()
 	for wr := first; wr != nil; wr = wr.Next {
 		if err := q.postOne(wr); err != nil {
-			q.sendBatch()
+			q.sendQueued()
 			return wr, err
 		}
 	}
 	if q.nframes > 0 {
-		q.sendBatch() // with the cork before its frames
+		q.sendQueued() // with the cork before its frames
 	}
 	return nil, nil
 }
 
-// sendBatch writes the cork and the frames encoded so far; sendMu held.
-func (q *qp) sendBatch() {
+// sendQueued writes the cork and the frames encoded so far; sendMu held.
+func (q *qp) sendQueued() {
 	q.uncork()
 	if q.nbufs == 0 {
 		return
@@ -154,7 +154,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 
 	if wr.Flags&verbs.Fence != 0 {
-		q.sendBatch() // the reads it waits for may still be in the batch
+		q.sendQueued() // the reads it waits for may still be in the batch
 	}
 	q.mu.Lock()
 	for wr.Flags&verbs.Fence != 0 && q.ordered > 0 && q.state == stRTS {
@@ -202,7 +202,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	q.nframes++
 	if q.nframes == postBatch {
-		q.sendBatch()
+		q.sendQueued()
 	}
 	return nil
 }

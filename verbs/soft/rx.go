@@ -52,7 +52,7 @@ func (q *qp) serve() {
 		q.dropFrame()
 		q.rxMu.Unlock()
 		q.mu.Lock()
-		q.flushLocked()
+		q.failPendingLocked()
 		q.mu.Unlock()
 	}()
 	for {
@@ -197,7 +197,7 @@ func (s *rxStream) fill() error {
 func (s *rxStream) await(empty *int) error {
 	if *empty == 0 {
 		// Answer what already ran before waiting for the rest.
-		s.q.flushResponses()
+		s.q.sendResponses()
 	}
 	*empty++
 	if *empty < midFrameSpin {
@@ -364,7 +364,7 @@ func (q *qp) drain(waiter bool) (int, bool) {
 	if q.rxDone {
 		return 0, false
 	}
-	defer q.flushResponses()
+	defer q.sendResponses()
 	for n := 0; ; n++ {
 		if q.cur.active {
 			done, err := q.resume(waiter)

@@ -60,10 +60,10 @@ const deviceName = "soft0"
 // of a software provider.
 var (
 	_ verbs.Discoverer    = provider{}
-	_ verbs.Context       = (*context)(nil)
-	_ verbs.MemorySyncer  = (*context)(nil)
-	_ verbs.Progresser    = (*context)(nil)
-	_ verbs.ConnManager   = (*context)(nil)
+	_ verbs.Context       = (*device)(nil)
+	_ verbs.MemorySyncer  = (*device)(nil)
+	_ verbs.Progresser    = (*device)(nil)
+	_ verbs.ConnManager   = (*device)(nil)
 	_ verbs.PD            = (*pd)(nil)
 	_ verbs.MR            = (*region)(nil)
 	_ verbs.CQ            = (*cq)(nil)
@@ -89,8 +89,8 @@ func (provider) Devices() ([]verbs.DeviceAttr, error) {
 
 // Open starts the device: a TCP listener on cfg.Addr (default 127.0.0.1)
 // that accepts authenticated queue pair connections.
-func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
-	if err := (provider{}).Usable(device); err != nil {
+func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
+	if err := (provider{}).Usable(devName); err != nil {
 		return nil, err
 	}
 	if len(cfg.Secret) == 0 {
@@ -107,7 +107,7 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soft: listen on %s: %w", addr, err)
 	}
-	c := &context{
+	c := &device{
 		ln:      ln,
 		secret:  append([]byte(nil), cfg.Secret...),
 		qps:     map[uint32]*qp{},
@@ -125,8 +125,8 @@ func (provider) Open(device string, cfg verbs.Config) (verbs.Context, error) {
 	return c, nil
 }
 
-// context is the open soft device.
-type context struct {
+// device is the open soft device.
+type device struct {
 	ln      net.Listener
 	secret  []byte
 	regions regionTable
@@ -150,9 +150,9 @@ type context struct {
 	prog progress // the context's receive engines, driven by spinning (rx.go)
 }
 
-func (c *context) Attr() verbs.DeviceAttr { return deviceAttr() }
+func (c *device) Attr() verbs.DeviceAttr { return deviceAttr() }
 
-func (c *context) AllocPD() (verbs.PD, error) {
+func (c *device) AllocPD() (verbs.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -161,14 +161,14 @@ func (c *context) AllocPD() (verbs.PD, error) {
 	return &pd{ctx: c}, nil
 }
 
-func (c *context) CreateCQ(depth int) (verbs.CQ, error) {
+func (c *device) CreateCQ(depth int) (verbs.CQ, error) {
 	if depth <= 0 {
 		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalid, depth)
 	}
 	return &cq{ring: make([]verbs.WC, min(depth, cqInitial)), depth: depth, notify: make(chan struct{}, 1), prog: &c.prog}, nil
 }
 
-func (c *context) Close() error {
+func (c *device) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -192,7 +192,7 @@ func (c *context) Close() error {
 }
 
 // pd is a protection domain: regions and queue pairs of one pd work together.
-type pd struct{ ctx *context }
+type pd struct{ ctx *device }
 
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if len(buf) == 0 {
