@@ -52,6 +52,9 @@ type pctx struct {
 // shmName is the node-local provider's registered name.
 const shmName = "shm"
 
+// selectProvider opens providers; tests replace it to make one fail.
+var selectProvider = verbs.Select
+
 // cpuAtomics reports whether a context's remote atomics act on the word
 // with the CPU's atomic instructions, so that they are atomic against
 // node-local peers' CPU atomics on the same word.
@@ -77,7 +80,7 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 	cfg := providerConfig(b, s, f.timeout)
 	f.via = make([]uint8, f.size)
 	if s.Provider != "" && s.Provider != "auto" {
-		ch, err := verbs.Select(s.Provider, s.Device, cfg)
+		ch, err := selectProvider(s.Provider, s.Device, cfg)
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrProvider, s.Provider, err)
 		}
@@ -89,12 +92,12 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 		return err
 	}
 	allLocal := topo.NumNodes() == 1
-	shm, shmErr := verbs.Select(shmName, "", cfg)
+	shm, shmErr := selectProvider(shmName, "", cfg)
 	if shmErr == nil && allLocal {
 		f.addContext(shmName, shm.Context)
 		return nil
 	}
-	net, err := verbs.Select("auto", s.Device, cfg)
+	net, err := selectProvider("auto", s.Device, cfg)
 	if err != nil {
 		if shmErr == nil {
 			shm.Context.Close()
@@ -159,4 +162,20 @@ func (f *Fabric) Providers() []string {
 		names[i] = c.name
 	}
 	return names
+}
+
+// PretendNodes splits a job of size ranks into k pretend nodes of
+// consecutive ranks: node identities for RendezvousConfig.Nodes (or
+// RMAGO_NODE per rank), so that one machine runs a mixed job, shm inside
+// each pretend node and the network provider between them. k < 2 gives
+// nil (every rank keeps the machine's identity).
+func PretendNodes(size, k int) []string {
+	if k < 2 || size < 1 {
+		return nil
+	}
+	ids := make([]string, size)
+	for r := range ids {
+		ids[r] = fmt.Sprintf("pretend-node-%d", r*k/size)
+	}
+	return ids
 }
