@@ -104,6 +104,9 @@ func runJSON(t *testing.T, n int, args ...string) *Report {
 		m.Host == "" || m.GoVersion == "" || m.Time == "" {
 		t.Errorf("metadata incomplete: %+v", m)
 	}
+	if len(m.PeerProviders) != n || slices.ContainsFunc(m.PeerProviders, func(p string) bool { return p != "soft" }) {
+		t.Errorf("peer providers %q, want soft for each of %d ranks", m.PeerProviders, n)
+	}
 	for _, r := range rep.Results {
 		if !r.Verified {
 			t.Errorf("%s %s %d bytes: not verified", r.Bench, r.Sync, r.Bytes)
