@@ -200,9 +200,10 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 			f.cond.Wait()
 			continue
 		}
+		mask := f.waitMask(op.rank, from)
 		f.polling = true
 		f.mu.Unlock()
-		err := f.waitCQs(end, op.rank)
+		err := f.waitCQs(end, mask)
 		f.mu.Lock()
 		f.polling = false
 		f.dispatchGot()

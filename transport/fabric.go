@@ -109,12 +109,14 @@ type Fabric struct {
 
 	// Provider contexts (contexts.go): ctxs[via[r]] serves rank r; multi
 	// when there are several, whose Local keys are handles (keys.go).
-	ctxs  []*pctx
-	via   []uint8
-	multi bool
-	progs []verbs.Progresser // the contexts software drives
-	lkeys atomic.Pointer[[]keySet]
-	ltab  lkeyTable
+	ctxs     []*pctx
+	via      []uint8
+	multi    bool
+	scanMask uint8              // waitMask's finding; under mu (waitcq.go)
+	maskFn   func(int) bool     // f.addMask, bound once
+	progs    []verbs.Progresser // the contexts software drives
+	lkeys    atomic.Pointer[[]keySet]
+	ltab     lkeyTable
 
 	// Lazy connections (connect.go): a context's cm (nil: every peer it
 	// serves was connected at Open) and listen (every rank's listening
@@ -170,6 +172,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	f.cond.L = &f.mu
 	f.othersFn = f.others
 	f.checkFn = f.checkRank
+	f.maskFn = f.addMask
 	f.lkeys.Store(new([]keySet))
 	s, err := settings(opt)
 	if err != nil {

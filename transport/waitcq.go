@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"math/bits"
 	"time"
 
 	"github.com/rmago/rmago/verbs"
@@ -9,12 +10,14 @@ import (
 
 // Driving several completion queues (a mixed job: contexts.go) without a
 // goroutine per queue and without burning a core: a waiter polls every
-// queue, then blocks on one for a short slice (the one that serves the
-// rank it waits for, else each in turn), polling the others between
+// queue, then blocks on one for a short slice, polling the others between
 // slices; the slice doubles from mixedSlice to mixedSliceMax while nothing
-// arrives. Each provider's Wait spins a little before it sleeps (shm on
-// its futex, soft on its channel), so a slice costs a short spin and then
-// sleeps. With one context the waiter simply blocks in its Wait.
+// arrives. It blocks on the context that serves the ranks it waits for
+// (the rank of a request, or every rank a notification wait expects) when
+// they share one, else on each in turn. Each provider's Wait spins a
+// little before it sleeps (shm on its futex, soft on its channel), so a
+// slice costs a short spin and then sleeps. With one context the waiter
+// simply blocks in its Wait.
 
 const (
 	mixedSlice    = 50 * time.Microsecond
@@ -39,20 +42,43 @@ func (f *Fabric) pollLocked() (bool, error) {
 	return got, nil
 }
 
+// waitMask is the set of contexts (bit i: f.ctxs[i]) serving the ranks a
+// wait is for: rank, or (rank < 0) those from lists; 0 when unknown.
+// f.mu held. It allocates nothing.
+func (f *Fabric) waitMask(rank int, from func(yield func(int) bool)) uint8 {
+	switch {
+	case !f.multi:
+		return 1
+	case rank >= 0 && rank < f.size:
+		return 1 << f.via[rank]
+	case from == nil:
+		return 0
+	}
+	f.scanMask = 0
+	from(f.maskFn)
+	return f.scanMask
+}
+
+// addMask is waitMask's yield function; f.mu held.
+func (f *Fabric) addMask(r int) bool {
+	f.scanMask |= 1 << f.via[r]
+	return true
+}
+
 // waitCQs blocks until some context has completions (left in its wcs[:got]
-// for the caller to dispatch under f.mu) or end passes (ErrTimeout). rank
-// is the rank the wait is for, or negative. The caller is the poller
-// (f.polling) and does not hold f.mu.
-func (f *Fabric) waitCQs(end time.Time, rank int) error {
+// for the caller to dispatch under f.mu) or end passes (ErrTimeout). mask
+// is waitMask's. The caller is the poller (f.polling) and does not hold
+// f.mu.
+func (f *Fabric) waitCQs(end time.Time, mask uint8) error {
 	if !f.multi {
 		c := f.ctxs[0]
 		n, err := c.cq.Wait(c.wcs, end)
 		c.got = n
 		return err
 	}
-	pref := -1
-	if rank >= 0 && rank < f.size {
-		pref = int(f.via[rank])
+	pref := -1 // block on each context in turn
+	if mask != 0 && mask&(mask-1) == 0 {
+		pref = bits.TrailingZeros8(mask)
 	}
 	slice := mixedSlice
 	for i := 0; ; i++ {
