@@ -254,3 +254,35 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("summarize: %+v", r)
 	}
 }
+
+// TestPeerProvidersMixed: a job on two pretend nodes (RMAGO_NODE per
+// rank, auto provider) reports which provider carried each peer: shm for
+// rank 0 itself, the network provider (soft without an RDMA device) for
+// rank 1 on the other node.
+func TestPeerProvidersMixed(t *testing.T) {
+	rmarun, pp := binaries(t)
+	path := filepath.Join(t.TempDir(), "out.json")
+	cmd := exec.Command(rmarun, "-n", "2", "-provider", "auto", "-timeout", "2m", "sh", "-c",
+		`RMAGO_NODE=pretend$RMAGO_RANK exec "$0" "$@"`, pp, "oneone", "-quick", "-json", path)
+	cmd.Env = append(os.Environ(), "RMAGO_TIMEOUT=60s")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Meta
+	// Provider names the providers of rank 0's peers, itself left out.
+	if len(m.PeerProviders) != 2 || m.PeerProviders[0] != "shm" || (m.PeerProviders[1] != "soft" && m.PeerProviders[1] != "ibv") || m.Provider != m.PeerProviders[1] {
+		t.Fatalf("provider %q, peer providers %q; want soft, [shm soft] (or ibv)", m.Provider, m.PeerProviders)
+	}
+	if !strings.Contains(string(out), "rank 0 reaches rank 0 through shm, rank 1 through "+m.PeerProviders[1]) {
+		t.Errorf("the header does not say which provider carried each peer:\n%s", out)
+	}
+}

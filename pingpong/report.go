@@ -27,7 +27,7 @@ type Report struct {
 type Meta struct {
 	System   string `json:"system"`           // label: one line per system on plots
 	Library  string `json:"library"`          // "rmago", "Open MPI v4.1.4", ...
-	Provider string `json:"provider"`         // rmago provider (soft, ibv, shm; shm+soft when peers differ), or the MPI's transport
+	Provider string `json:"provider"`         // rmago provider of rank 0's peers (soft, ibv, shm; shm+soft when they differ), or the MPI's transport
 	Device   string `json:"device,omitempty"` // verbs device
 	// PeerProviders (rmago) is the provider that carried rank 0's
 	// operations to each rank, by rank (a mixed job reaches node-local
@@ -288,9 +288,9 @@ func csvTo(w io.Writer, results []Result) error {
 	return cw.Error()
 }
 
-// peerProviders lists the provider that carries rank 0's operations to
-// each rank, and names the job's: the one provider of every peer, or the
-// distinct ones joined with + (shm+soft).
+// peerProviders lists the provider that carries this rank's operations
+// to each rank, and names the job's: the one provider of every other rank,
+// or the distinct ones, sorted and joined with + (shm+soft).
 func peerProviders(w *rma.World) ([]string, string) {
 	peers := make([]string, w.Size())
 	var distinct []string
