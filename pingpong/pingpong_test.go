@@ -104,6 +104,9 @@ func runJSON(t *testing.T, n int, args ...string) *Report {
 		m.Host == "" || m.GoVersion == "" || m.Time == "" {
 		t.Errorf("metadata incomplete: %+v", m)
 	}
+	if len(m.PeerProviders) != n || slices.ContainsFunc(m.PeerProviders, func(p string) bool { return p != "soft" }) {
+		t.Errorf("peer providers %q, want soft for each of %d ranks", m.PeerProviders, n)
+	}
 	for _, r := range rep.Results {
 		if !r.Verified {
 			t.Errorf("%s %s %d bytes: not verified", r.Bench, r.Sync, r.Bytes)
@@ -249,5 +252,37 @@ func TestSummarize(t *testing.T) {
 	r.summarize([]float64{5, 1, 3, 100})
 	if r.Mean != 4 || r.Min != 1 || r.Max != 100 || r.Median != 4 || r.Reps != 4 {
 		t.Errorf("summarize: %+v", r)
+	}
+}
+
+// TestPeerProvidersMixed: a job on two pretend nodes (RMAGO_NODE per
+// rank, auto provider) reports which provider carried each peer: shm for
+// rank 0 itself, the network provider (soft without an RDMA device) for
+// rank 1 on the other node.
+func TestPeerProvidersMixed(t *testing.T) {
+	rmarun, pp := binaries(t)
+	path := filepath.Join(t.TempDir(), "out.json")
+	cmd := exec.Command(rmarun, "-n", "2", "-provider", "auto", "-timeout", "2m", "sh", "-c",
+		`RMAGO_NODE=pretend$RMAGO_RANK exec "$0" "$@"`, pp, "oneone", "-quick", "-json", path)
+	cmd.Env = append(os.Environ(), "RMAGO_TIMEOUT=60s")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Meta
+	// Provider names the providers of rank 0's peers, itself left out.
+	if len(m.PeerProviders) != 2 || m.PeerProviders[0] != "shm" || (m.PeerProviders[1] != "soft" && m.PeerProviders[1] != "ibv") || m.Provider != m.PeerProviders[1] {
+		t.Fatalf("provider %q, peer providers %q; want soft, [shm soft] (or ibv)", m.Provider, m.PeerProviders)
+	}
+	if !strings.Contains(string(out), "rank 0 reaches rank 0 through shm, rank 1 through "+m.PeerProviders[1]) {
+		t.Errorf("the header does not say which provider carried each peer:\n%s", out)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -24,17 +25,21 @@ type Report struct {
 
 // Meta describes the system and the run that produced a Report.
 type Meta struct {
-	System     string   `json:"system"`           // label: one line per system on plots
-	Library    string   `json:"library"`          // "rmago", "Open MPI v4.1.4", ...
-	Provider   string   `json:"provider"`         // rmago provider (soft, ibv), or the MPI's transport
-	Device     string   `json:"device,omitempty"` // verbs device
-	Ranks      int      `json:"ranks"`            // job size
-	Host       string   `json:"host"`             // hostname
-	CPUs       int      `json:"cpus,omitempty"`   // logical CPUs of the host
-	GoVersion  string   `json:"go_version,omitempty"`
-	GOMAXPROCS int      `json:"gomaxprocs,omitempty"`
-	Time       string   `json:"time"`              // start of the run, RFC 3339
-	Command    []string `json:"command,omitempty"` // the command line
+	System   string `json:"system"`           // label: one line per system on plots
+	Library  string `json:"library"`          // "rmago", "Open MPI v4.1.4", ...
+	Provider string `json:"provider"`         // rmago provider of rank 0's peers (soft, ibv, shm; shm+soft when they differ), or the MPI's transport
+	Device   string `json:"device,omitempty"` // verbs device
+	// PeerProviders (rmago) is the provider that carried rank 0's
+	// operations to each rank, by rank (a mixed job reaches node-local
+	// peers through shm).
+	PeerProviders []string `json:"peer_providers,omitempty"`
+	Ranks         int      `json:"ranks"`          // job size
+	Host          string   `json:"host"`           // hostname
+	CPUs          int      `json:"cpus,omitempty"` // logical CPUs of the host
+	GoVersion     string   `json:"go_version,omitempty"`
+	GOMAXPROCS    int      `json:"gomaxprocs,omitempty"`
+	Time          string   `json:"time"`              // start of the run, RFC 3339
+	Command       []string `json:"command,omitempty"` // the command line
 }
 
 // Metric names a Result's unit.
@@ -112,20 +117,22 @@ func startJob(opt *common, name string, minRanks, maxRanks int) (*job, error) {
 		return nil, usagef("%s needs at least %d ranks (rmarun -n N), not %d", name, minRanks, n)
 	}
 	dev := w.Provider()
+	peers, prov := peerProviders(w)
 	host, _ := os.Hostname()
 	label := opt.label
 	if label == "" {
-		label = "rmago " + dev.Provider
+		label = "rmago " + prov
 	}
 	j := &job{w: w, opt: opt, out: io.Discard}
 	j.report.Meta = Meta{
-		System: label, Library: "rmago", Provider: dev.Provider, Device: dev.Name,
+		System: label, Library: "rmago", Provider: prov, Device: dev.Name, PeerProviders: peers,
 		Ranks: w.Size(), Host: host, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Time: start.Format(time.RFC3339), Command: os.Args,
 	}
 	if w.Rank() == 0 {
 		j.out = os.Stdout
-		fmt.Fprintf(j.out, "# rmago %s, provider %s (%s), %d ranks, %s, %s\n", name, dev.Provider, dev.Name, w.Size(), runtime.Version(), host)
+		fmt.Fprintf(j.out, "# rmago %s, provider %s (%s), %d ranks, %s, %s\n", name, prov, dev.Name, w.Size(), runtime.Version(), host)
+		fmt.Fprintf(j.out, "# rank 0 reaches %s\n", describePeers(peers))
 	}
 	j.prog = newProgress(w.Rank() == 0 && !opt.noProg, os.Stderr)
 	return j, nil
@@ -279,4 +286,45 @@ func csvTo(w io.Writer, results []Result) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// peerProviders lists the provider that carries this rank's operations
+// to each rank, and names the job's: the one provider of every other rank,
+// or the distinct ones, sorted and joined with + (shm+soft).
+func peerProviders(w *rma.World) ([]string, string) {
+	peers := make([]string, w.Size())
+	var distinct []string
+	for r := range peers {
+		p, err := w.ProviderOf(r)
+		if err != nil {
+			p = "?"
+		}
+		peers[r] = p
+		if r != w.Rank() || w.Size() == 1 {
+			if !slices.Contains(distinct, p) {
+				distinct = append(distinct, p)
+			}
+		}
+	}
+	slices.Sort(distinct)
+	return peers, strings.Join(distinct, "+")
+}
+
+// describePeers says which ranks each provider reaches: "ranks 0-1
+// through shm, ranks 2-3 through soft".
+func describePeers(peers []string) string {
+	var parts []string
+	for i := 0; i < len(peers); {
+		j := i
+		for j+1 < len(peers) && peers[j+1] == peers[i] {
+			j++
+		}
+		if i == j {
+			parts = append(parts, fmt.Sprintf("rank %d through %s", i, peers[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("ranks %d-%d through %s", i, j, peers[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
 }

@@ -196,7 +196,8 @@ const (
 	descID     = 24 // uint16: window id
 	descFailed = 26 // byte: 1 if this rank's part of the creation failed
 	descAKey   = 28 // uint32: key of atomics
-	descLen    = 32
+	descKeys1  = 32 // uint32 ×2: the keys of puts and gets, and of atomics, on the fabric's second provider context (transport.Keys)
+	descLen    = 40
 )
 
 // setup registers the memory and runs the creation allgather of the
@@ -220,13 +221,15 @@ func (win *Window[T]) setup(failed error) error {
 	if failed != nil {
 		desc[descFailed] = 1
 	} else if win.reg != nil {
-		akey := win.reg.Self(0).RKey
+		rkeys, akeys := win.reg.Keys(), win.reg.Keys()
 		if win.areg != nil {
-			akey = win.areg.Self(0).RKey
+			akeys = win.areg.Keys()
 		}
 		binary.LittleEndian.PutUint64(desc[descAddr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(win.local)))))
-		binary.LittleEndian.PutUint32(desc[descRKey:], win.reg.Self(0).RKey)
-		binary.LittleEndian.PutUint32(desc[descAKey:], akey)
+		binary.LittleEndian.PutUint32(desc[descRKey:], rkeys[0])
+		binary.LittleEndian.PutUint32(desc[descAKey:], akeys[0])
+		binary.LittleEndian.PutUint32(desc[descKeys1:], rkeys[1])
+		binary.LittleEndian.PutUint32(desc[descKeys1+4:], akeys[1])
 	}
 	binary.LittleEndian.PutUint64(desc[descCount:], uint64(len(win.local)))
 	binary.LittleEndian.PutUint32(desc[descESize:], uint32(win.esize))
@@ -255,8 +258,8 @@ func (win *Window[T]) setup(failed error) error {
 			}
 			win.remotes[r] = remoteWindow{
 				addr:  binary.LittleEndian.Uint64(d[descAddr:]),
-				rkey:  binary.LittleEndian.Uint32(d[descRKey:]),
-				akey:  binary.LittleEndian.Uint32(d[descAKey:]),
+				rkey:  w.f.KeyOf(r, transport.Keys{binary.LittleEndian.Uint32(d[descRKey:]), binary.LittleEndian.Uint32(d[descKeys1:])}),
+				akey:  w.f.KeyOf(r, transport.Keys{binary.LittleEndian.Uint32(d[descAKey:]), binary.LittleEndian.Uint32(d[descKeys1+4:])}),
 				count: int(binary.LittleEndian.Uint64(d[descCount:])),
 			}
 		}

@@ -252,6 +252,18 @@ func (w *World) Provider() Device {
 		MaxRegion: d.MaxMRSize}
 }
 
+// ProviderOf names the provider that carries this rank's operations to
+// rank (itself included): "shm" for a node-local peer in a mixed job
+// (RMAGO_PROVIDER=auto, the default), "soft" or "ibv" for the others, or
+// the one provider RMAGO_PROVIDER forces. Provider describes the network
+// device.
+func (w *World) ProviderOf(rank int) (string, error) {
+	if rank < 0 || rank >= w.Size() {
+		return "", fmt.Errorf("%w: rank %d of a job of %d", ErrRank, rank, w.Size())
+	}
+	return w.f.ProviderOf(rank), nil
+}
+
 // Timeout is the bound on every blocking call of the World and its
 // windows (RMAGO_TIMEOUT, default 2 minutes; 0 means none). A program's
 // own waits (polling its memory for a peer's put) can use the same bound.

@@ -57,11 +57,20 @@ type Accumulate struct {
 	Fetch  bool
 }
 
-// BulkAccumulate reports whether the device executes Accumulate, and the
-// most bytes a fetching one may carry.
+// BulkAccumulate reports whether every provider the fabric uses executes
+// Accumulate (soft and shm do, ibv does not), and the most bytes a
+// fetching one may carry to any peer.
 func (f *Fabric) BulkAccumulate() (ok bool, maxFetch int) {
-	a := f.ctx.Attr()
-	return a.Accumulate && a.MaxFetchAccumulate > 0, a.MaxFetchAccumulate
+	for i, c := range f.ctxs {
+		a := c.ctx.Attr()
+		if !a.Accumulate || a.MaxFetchAccumulate <= 0 {
+			return false, 0
+		}
+		if i == 0 || a.MaxFetchAccumulate < maxFetch {
+			maxFetch = a.MaxFetchAccumulate
+		}
+	}
+	return maxFetch > 0, maxFetch
 }
 
 // PostAccumulate posts a to rank r and returns its sequence number for

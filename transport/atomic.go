@@ -95,7 +95,7 @@ func (f *Fabric) PostAtomics(r int, ops []Atomic) (uint64, error) {
 			if op.Op != FetchAddOp && op.Op != CompareSwapOp {
 				return last, fmt.Errorf("transport: PostAtomics: opcode %v", op.Op)
 			}
-			p.chainSGE[i] = verbs.SGE{Addr: op.Local.Addr, Length: 8, LKey: op.Local.LKey}
+			p.chainSGE[i] = verbs.SGE{Addr: op.Local.Addr, Length: 8, LKey: f.lkeyOn(op.Local.LKey, p.ci)}
 			p.chain[i] = verbs.SendWR{Op: op.Op.verbs(), SGL: p.chainSGE[i : i+1], RemoteAddr: op.Remote.Addr,
 				RKey: op.Remote.RKey, CompareAdd: op.CompareAdd, Swap: op.Swap}
 		}

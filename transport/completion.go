@@ -73,12 +73,10 @@ func (f *Fabric) Test(r int, seq uint64) (bool, error) {
 	p.postMu.Unlock()
 	f.mu.Lock()
 	if !f.polling {
-		n, err := f.cq.Poll(f.wcs)
-		if err != nil {
+		if _, err := f.pollLocked(); err != nil {
 			f.mu.Unlock()
 			return false, err
 		}
-		f.dispatch(f.wcs[:n])
 	}
 	f.mu.Unlock()
 	if err := f.Err(r); err != nil {
@@ -249,12 +247,13 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 			f.cond.Wait()
 			continue
 		}
+		mask := f.waitMask(op.rank, from)
 		f.polling = true
 		f.mu.Unlock()
-		n, err := f.cq.Wait(f.wcs, end)
+		err := f.waitCQs(end, mask)
 		f.mu.Lock()
 		f.polling = false
-		f.dispatch(f.wcs[:n])
+		f.dispatchGot()
 		f.cond.Broadcast()
 		if errors.Is(err, verbs.ErrTimeout) {
 			if !cond() && from != nil && end.Equal(deadline) {
@@ -281,12 +280,12 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 	}
 }
 
-// dispatch records completions; f.mu held.
-func (f *Fabric) dispatch(wcs []verbs.WC) {
+// dispatch records completions of context c; f.mu held.
+func (f *Fabric) dispatch(c *pctx, wcs []verbs.WC) {
 	for i := range wcs {
 		wc := &wcs[i]
 		if wc.Op == verbs.OpRecv || wc.Op == verbs.OpRecvImm {
-			p := f.byQPN[wc.QPN]
+			p := c.byQPN[wc.QPN]
 			if p == nil {
 				continue
 			}

@@ -41,18 +41,19 @@ type connStats struct {
 	dialed, accepted, handed atomic.Int32
 }
 
-// lazyConnect decides whether peers are connected on first use: when the
-// provider can (verbs.ConnManager) and neither Options.Connect nor
-// RMAGO_CONNECT says eager (s.Connect; settings checked the value).
-func (f *Fabric) lazyConnect(s config.Settings) bool {
+// lazyConnect decides whether the peers context c serves are connected on
+// first use: when the provider can (verbs.ConnManager) and neither
+// Options.Connect nor RMAGO_CONNECT says eager (s.Connect; settings
+// checked the value).
+func (f *Fabric) lazyConnect(s config.Settings, c *pctx) bool {
 	if s.Connect == "eager" {
 		return false
 	}
-	cm, ok := f.ctx.(verbs.ConnManager)
+	cm, ok := c.ctx.(verbs.ConnManager)
 	if !ok || f.size == 1 {
 		return false
 	}
-	f.cm = cm
+	c.cm = cm
 	return true
 }
 
@@ -73,22 +74,23 @@ func (f *Fabric) connectPeer(r int) (*peer, error) {
 	if r < 0 || r >= f.size {
 		return nil, fmt.Errorf("transport: rank %d out of range [0,%d)", r, f.size)
 	}
+	c := f.ctxs[f.via[r]]
 	f.connMu.Lock()
 	p := f.peers[r].Load()
 	if p == nil {
-		if f.disconnected.Load() || f.cm == nil {
+		if f.disconnected.Load() || c.cm == nil {
 			f.connMu.Unlock()
 			return nil, ErrClosed
 		}
 		var err error
-		if p, err = f.newPeer(r); err != nil {
+		if p, err = f.newPeer(c, r); err != nil {
 			f.connMu.Unlock()
 			return nil, fmt.Errorf("transport: connecting to rank %d: %w", r, err)
 		}
 		p.outbound = true
 		f.peers[r].Store(p)
 		f.connMu.Unlock()
-		err = f.cm.Dial(p.qp, f.listen[r], uint64(f.rank))
+		err = c.cm.Dial(p.qp, c.listen[r], uint64(f.rank))
 		if err == nil {
 			f.conns.dialed.Add(1)
 		}
@@ -113,11 +115,12 @@ func (f *Fabric) connectPeer(r int) (*peer, error) {
 	return nil, ErrClosed
 }
 
-// newPeer makes rank r's peer with a new queue pair whose receives are
-// posted (a peer may notify as soon as it is connected); f.connMu held.
-func (f *Fabric) newPeer(r int) (*peer, error) {
-	p := &peer{rank: r, connDone: make(chan struct{})}
-	qp, err := f.newQP()
+// newPeer makes rank r's peer with a new queue pair of context c whose
+// receives are posted (a peer may notify as soon as it is connected);
+// f.connMu held.
+func (f *Fabric) newPeer(c *pctx, r int) (*peer, error) {
+	p := &peer{rank: r, c: c, ci: c.idx, connDone: make(chan struct{})}
+	qp, err := f.newQP(c)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +130,7 @@ func (f *Fabric) newPeer(r int) (*peer, error) {
 		return nil, err
 	}
 	f.mu.Lock()
-	f.byQPN[qp.Num()] = p
+	c.byQPN[qp.Num()] = p
 	f.mu.Unlock()
 	return p, nil
 }
@@ -157,10 +160,11 @@ func (f *Fabric) connected(p *peer, err error) verbs.QP {
 // run in a goroutine of its own): a new queue pair for a peer not yet
 // contacted; the queue pair this rank is dialing the peer with when the
 // peer's request wins the crossing (the peer is the lower rank); a
-// refusal with verbs.ErrCrossed when this rank's own request wins.
-func (f *Fabric) accept(req verbs.ConnRequest) {
+// refusal with verbs.ErrCrossed when this rank's own request wins. A
+// request through a context (c) that does not serve the peer is refused.
+func (f *Fabric) accept(c *pctx, req verbs.ConnRequest) {
 	pr := req.Private()
-	if pr >= uint64(f.size) || int(pr) == f.rank {
+	if pr >= uint64(f.size) || int(pr) == f.rank || f.via[pr] != c.idx {
 		req.Refuse(nil)
 		return
 	}
@@ -174,7 +178,7 @@ func (f *Fabric) accept(req verbs.ConnRequest) {
 	p := f.peers[r].Load()
 	switch {
 	case p == nil:
-		p, err := f.newPeer(r)
+		p, err := f.newPeer(c, r)
 		if err != nil {
 			f.connMu.Unlock()
 			req.Refuse(nil)
@@ -208,7 +212,7 @@ func (f *Fabric) accept(req verbs.ConnRequest) {
 
 // kick starts connecting rank r in the background, once; f.mu held.
 func (f *Fabric) kick(r int) {
-	if f.cm == nil || r == f.rank || f.kicked[r] || f.closed.Load() {
+	if f.ctxs[f.via[r]].cm == nil || r == f.rank || f.kicked[r] || f.closed.Load() {
 		return
 	}
 	f.kicked[r] = true

@@ -47,7 +47,7 @@ func exposeWord(t *testing.T, f *Fabric) (*Memory, verbs.MR) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
-	return g.mem, g.mr
+	return g.mem, g.mrs[0]
 }
 
 // awaitWord drives f, as a goroutine polling its own memory does, until
@@ -281,8 +281,8 @@ func TestEagerConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range fs {
-		if f.cm != nil || len(peersOf(f)) != n-1 {
-			t.Fatalf("rank %d: lazy %v, queue pairs for %v after an eager Open", f.rank, f.cm != nil, peersOf(f))
+		if f.ctxs[0].cm != nil || len(peersOf(f)) != n-1 {
+			t.Fatalf("rank %d: lazy %v, queue pairs for %v after an eager Open", f.rank, f.ctxs[0].cm != nil, peersOf(f))
 		}
 	}
 	onRanks(t, fs, func(f *Fabric) error { return f.Barrier() })

@@ -63,7 +63,7 @@ const (
 
 // Options tune Open. The zero value reads the environment.
 type Options struct {
-	Provider string        // soft, ibv or auto; "" reads RMAGO_PROVIDER
+	Provider string        // soft, ibv, shm or auto; "" reads RMAGO_PROVIDER
 	Device   string        // "" reads RMAGO_DEVICE
 	Timeout  time.Duration // 0 reads RMAGO_TIMEOUT; negative means none
 	// Connect is lazy or eager (see EnvConnect); "" reads RMAGO_CONNECT.
@@ -76,6 +76,8 @@ type Options struct {
 // Peer is the fabric's view of one rank.
 type peer struct {
 	rank   int
+	c      *pctx    // the provider context that serves it (contexts.go)
+	ci     uint8    // c's index
 	qp     verbs.QP // requests to that rank
 	selfRx verbs.QP // for the rank itself: the receiving end of the loopback pair
 
@@ -105,18 +107,23 @@ type Fabric struct {
 	boot    Bootstrap
 	rank    int
 	size    int
-	ctx     verbs.Context
-	pd      verbs.PD
-	cq      verbs.CQ
 	peers   []atomic.Pointer[peer] // by rank; nil until first contact (connect.go)
-	byQPN   map[uint32]*peer       // under mu
 	timeout time.Duration
 
-	// Lazy connections (connect.go): cm is the provider's connection
-	// manager (nil: every peer was connected at Open), listen every rank's
-	// listening endpoint, kicked the ranks a wait started connecting.
-	cm     verbs.ConnManager
-	listen []verbs.Endpoint
+	// Provider contexts (contexts.go): ctxs[via[r]] serves rank r; multi
+	// when there are several, whose Local keys are handles (keys.go).
+	ctxs     []*pctx
+	via      []uint8
+	multi    bool
+	scanMask uint8              // waitMask's finding; under mu (waitcq.go)
+	maskFn   func(int) bool     // f.addMask, bound once
+	progs    []verbs.Progresser // the contexts software drives
+	lkeys    atomic.Pointer[[]keySet]
+	ltab     lkeyTable
+
+	// Lazy connections (connect.go): a context's cm (nil: every peer it
+	// serves was connected at Open) and listen (every rank's listening
+	// endpoint on it); kicked the ranks a wait started connecting.
 	connMu sync.Mutex
 	kicked []bool // under mu
 	conns  connStats
@@ -125,7 +132,6 @@ type Fabric struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	polling bool
-	wcs     []verbs.WC
 	notes   map[uint32]*tagNotes // notification arrivals by tag, not yet consumed (notify.go)
 	failed  error                // a fatal local error (CQ overrun)
 
@@ -138,86 +144,95 @@ type Fabric struct {
 	shut         atomic.Bool                // Close ran
 	othersFn     func(yield func(int) bool) // f.others, bound once
 	checkFn      func(r int) bool           // f.checkRank, bound once
-	prog         verbs.Progresser           // the context, if software drives it
 	scanErr      error                      // checkRank's finding; under mu
 	scan         waitOp                     // the wait checkRank checks for; under mu
 	noticesOut   atomic.Int32               // failure notices being sent (propagate.go)
 }
 
 type hello struct {
+	Ctxs     []ctxHello `json:"ctxs"`     // per provider context, in order
+	CtrlAddr uint64     `json:"ctrl"`     // the world control region
+	CtrlKeys Keys       `json:"ctrlkeys"` // its key on each context
+	Provider string     `json:"prov"`     // the contexts' providers, joined with +
+}
+
+// ctxHello is what a peer needs to reach this rank through one context.
+type ctxHello struct {
 	Endpoints []verbs.Endpoint `json:"eps,omitempty"`    // eager: the QP to use to reach rank i
 	Listen    *verbs.Endpoint  `json:"listen,omitempty"` // lazy: where to dial this rank
-	Ctrl      Remote           `json:"ctrl"`             // the world control region
-	Provider  string           `json:"prov"`
 }
 
 // Open connects the job's fabric: it bootstraps from b, opens the
-// provider, exchanges what a peer needs to reach this rank, then closes b.
-// With a provider that connects on demand (verbs.ConnManager: soft) it
-// connects only the rank to itself; each peer is connected on first use
-// (connect.go). Otherwise it creates and connects a queue pair per peer.
+// provider contexts (contexts.go: one provider, or shm for node-local peers
+// beside a network provider), exchanges what a peer needs to reach this
+// rank, then closes b. With a provider that connects on demand
+// (verbs.ConnManager: soft, shm) it connects only the rank to itself;
+// each peer is connected on first use (connect.go). Otherwise it creates
+// and connects a queue pair per peer.
 func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	defer b.Close()
-	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]*tagNotes{}, byQPN: map[uint32]*peer{}}
+	f := &Fabric{boot: b, rank: b.Rank(), size: b.Size(), notes: map[uint32]*tagNotes{}}
 	f.cond.L = &f.mu
 	f.othersFn = f.others
 	f.checkFn = f.checkRank
+	f.maskFn = f.addMask
+	f.lkeys.Store(new([]keySet))
 	s, err := settings(opt)
 	if err != nil {
 		return nil, err
 	}
 	f.timeout = s.Timeout
-	provName, err := f.openProvider(b, s, opt.Notice)
-	if err != nil {
-		return nil, err
-	}
-	f.prog, _ = f.ctx.(verbs.Progresser)
 	ok := false
 	defer func() {
 		if !ok {
 			f.Close()
 		}
 	}()
-	if f.pd, err = f.ctx.AllocPD(); err != nil {
+	if err := f.openContexts(b, s, opt.Notice); err != nil {
 		return nil, err
 	}
-	if f.cq, err = f.ctx.CreateCQ((f.size + 1) * (sendDepth + recvDepth)); err != nil {
-		return nil, err
-	}
-	f.wcs = make([]verbs.WC, 64)
+	provNames := f.providerNames()
 	f.peers = make([]atomic.Pointer[peer], f.size)
-	lazy := f.lazyConnect(s)
-	me := hello{Provider: provName}
-	if lazy {
-		ep := f.cm.ListenEndpoint()
-		me.Listen = &ep
-		f.kicked = make([]bool, f.size)
-		f.cm.Accept(f.accept)
-	} else {
-		me.Endpoints = make([]verbs.Endpoint, f.size)
+	me := hello{Provider: provNames, Ctxs: make([]ctxHello, len(f.ctxs))}
+	for i, c := range f.ctxs {
+		if c.pd, err = c.ctx.AllocPD(); err != nil {
+			return nil, err
+		}
+		if c.cq, err = c.ctx.CreateCQ((f.served(c) + 1) * (sendDepth + recvDepth)); err != nil {
+			return nil, err
+		}
+		if f.lazyConnect(s, c) {
+			ep := c.cm.ListenEndpoint()
+			me.Ctxs[i].Listen = &ep
+			c.cm.Accept(func(req verbs.ConnRequest) { f.accept(c, req) })
+		} else {
+			me.Ctxs[i].Endpoints = make([]verbs.Endpoint, f.size)
+		}
 	}
+	f.kicked = make([]bool, f.size)
 	for r := range f.peers {
-		if lazy && r != f.rank {
+		c := f.ctxs[f.via[r]]
+		if c.cm != nil && r != f.rank {
 			continue
 		}
-		p := &peer{rank: r}
-		if p.qp, err = f.newQP(); err != nil {
+		p := &peer{rank: r, c: c, ci: c.idx}
+		if p.qp, err = f.newQP(c); err != nil {
 			return nil, err
 		}
 		if r == f.rank {
-			if p.selfRx, err = f.newQP(); err != nil {
+			if p.selfRx, err = f.newQP(c); err != nil {
 				return nil, err
 			}
 		}
 		f.peers[r].Store(p)
-		if !lazy {
-			me.Endpoints[r] = p.qp.Endpoint()
+		if c.cm == nil {
+			me.Ctxs[c.idx].Endpoints[r] = p.qp.Endpoint()
 		}
 	}
 	if f.ctrl, err = f.AllocRegion(2*f.size*gatherSlot, AllAccess); err != nil {
 		return nil, err
 	}
-	me.Ctrl = f.ctrl.Self(0)
+	me.CtrlAddr, me.CtrlKeys = f.ctrl.loc.Addr, f.ctrl.Keys()
 	msg, err := json.Marshal(me)
 	if err != nil {
 		return nil, err
@@ -227,23 +242,29 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 		return nil, err
 	}
 	hellos := make([]hello, f.size)
-	if lazy {
-		f.listen = make([]verbs.Endpoint, f.size)
+	for _, c := range f.ctxs {
+		if c.cm != nil {
+			c.listen = make([]verbs.Endpoint, f.size)
+		}
 	}
 	for r, m := range all {
 		if err := json.Unmarshal(m, &hellos[r]); err != nil {
 			return nil, fmt.Errorf("%w: bad hello from rank %d: %v", ErrBootstrap, r, err)
 		}
-		if hellos[r].Provider != provName {
-			return nil, fmt.Errorf("%w: rank %d uses provider %s, rank %d uses %s", ErrProvider, r, hellos[r].Provider, f.rank, provName)
+		h := &hellos[r]
+		if h.Provider != provNames || len(h.Ctxs) != len(f.ctxs) {
+			return nil, fmt.Errorf("%w: rank %d uses provider %s, rank %d uses %s", ErrProvider, r, h.Provider, f.rank, provNames)
 		}
-		if lazy != (hellos[r].Listen != nil) || (!lazy && len(hellos[r].Endpoints) != f.size) {
-			return nil, fmt.Errorf("%w: bad hello from rank %d: ranks disagree on connecting lazily (is %s the same on every rank?)", ErrBootstrap, r, EnvConnect)
+		for i, c := range f.ctxs {
+			lazy := c.cm != nil
+			if lazy != (h.Ctxs[i].Listen != nil) || (!lazy && len(h.Ctxs[i].Endpoints) != f.size) {
+				return nil, fmt.Errorf("%w: bad hello from rank %d: ranks disagree on connecting lazily (is %s the same on every rank?)", ErrBootstrap, r, EnvConnect)
+			}
+			if lazy {
+				c.listen[r] = *h.Ctxs[i].Listen
+			}
 		}
-		if lazy {
-			f.listen[r] = *hellos[r].Listen
-		}
-		f.ctrl.peers = append(f.ctrl.peers, hellos[r].Ctrl)
+		f.ctrl.peers = append(f.ctrl.peers, Remote{Addr: h.CtrlAddr, RKey: h.CtrlKeys[f.via[r]]})
 	}
 	if err := f.connect(hellos); err != nil {
 		return nil, err
@@ -252,8 +273,19 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	return f, nil
 }
 
-func (f *Fabric) newQP() (verbs.QP, error) {
-	return f.pd.CreateQP(verbs.QPAttr{SendCQ: f.cq, RecvCQ: f.cq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1})
+// served is how many ranks context c serves, the rank itself included.
+func (f *Fabric) served(c *pctx) int {
+	n := 0
+	for _, ci := range f.via {
+		if ci == c.idx {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *Fabric) newQP(c *pctx) (verbs.QP, error) {
+	return c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1})
 }
 
 // connect connects the rank to itself and, eagerly, every other queue
@@ -262,14 +294,15 @@ func (f *Fabric) newQP() (verbs.QP, error) {
 func (f *Fabric) connect(hellos []hello) error {
 	for r := range f.peers {
 		p := f.peers[r].Load()
-		if f.cm != nil && r != f.rank {
+		c := f.ctxs[f.via[r]]
+		if c.cm != nil && r != f.rank {
 			continue // connected on first use, by either side
 		}
 		p.ready.Store(true)
 		if r == f.rank {
 			errc := make(chan error, 1)
 			f.mu.Lock() // peers may be connecting already (lazy)
-			f.byQPN[p.selfRx.Num()] = p
+			c.byQPN[p.selfRx.Num()] = p
 			f.mu.Unlock()
 			if err := f.postRecvs(p, p.selfRx, recvDepth); err != nil {
 				return err
@@ -285,12 +318,12 @@ func (f *Fabric) connect(hellos []hello) error {
 		}
 		// Receives go first: a peer may notify as soon as it is connected.
 		f.mu.Lock()
-		f.byQPN[p.qp.Num()] = p
+		c.byQPN[p.qp.Num()] = p
 		f.mu.Unlock()
 		if err := f.postRecvs(p, p.qp, recvDepth); err != nil {
 			return err
 		}
-		if err := p.qp.Connect(hellos[r].Endpoints[f.rank]); err != nil {
+		if err := p.qp.Connect(hellos[r].Ctxs[c.idx].Endpoints[f.rank]); err != nil {
 			return fmt.Errorf("transport: connecting to rank %d: %w", r, err)
 		}
 	}
@@ -314,8 +347,9 @@ func (f *Fabric) Rank() int { return f.rank }
 // Size is the number of ranks in the job.
 func (f *Fabric) Size() int { return f.size }
 
-// Device describes the device in use.
-func (f *Fabric) Device() verbs.DeviceAttr { return f.ctx.Attr() }
+// Device describes the device in use: with several provider contexts,
+// the network provider's (ProviderOf says which serves a peer).
+func (f *Fabric) Device() verbs.DeviceAttr { return f.ctxs[0].ctx.Attr() }
 
 // Timeout is the bound on blocking waits (0: none).
 func (f *Fabric) Timeout() time.Duration { return f.timeout }
@@ -323,8 +357,10 @@ func (f *Fabric) Timeout() time.Duration { return f.timeout }
 // SyncMemory orders the provider's changes to this rank's registered
 // memory before the caller's next reads (a no-op on hardware).
 func (f *Fabric) SyncMemory() {
-	if s, ok := f.ctx.(verbs.MemorySyncer); ok {
-		s.SyncMemory()
+	for _, c := range f.ctxs {
+		if s, ok := c.ctx.(verbs.MemorySyncer); ok {
+			s.SyncMemory()
+		}
 	}
 }
 
@@ -379,14 +415,15 @@ func (f *Fabric) Close() error {
 	}
 	f.Disconnect()
 	f.ctrl.Close()
-	if f.cq != nil {
-		f.cq.Close()
+	var err error
+	for _, c := range f.ctxs {
+		if c.cq != nil {
+			c.cq.Close()
+		}
+		if c.pd != nil {
+			c.pd.Close()
+		}
+		err = errors.Join(err, c.ctx.Close())
 	}
-	if f.pd != nil {
-		f.pd.Close()
-	}
-	if f.ctx != nil {
-		return f.ctx.Close()
-	}
-	return nil
+	return err
 }

@@ -99,7 +99,7 @@ func sharedPage(f *Fabric) (mem *Memory, mr verbs.MR, all [][]byte, done func(),
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	return g.mem, g.mr, descs(g), func() { g.Close() }, nil
+	return g.mem, g.mrs[0], descs(g), func() { g.Close() }, nil
 }
 
 // descs is every rank's address and rkey (8 + 4 bytes) of an exchanged

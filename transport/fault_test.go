@@ -197,7 +197,7 @@ func sharedRegion(f *Fabric, size int) (*Memory, verbs.MR, [][]byte, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return g.mem, g.mr, descs(g), nil
+	return g.mem, g.mrs[0], descs(g), nil
 }
 
 // TestStoppedPeer (item 3): a put to a rank whose process is stopped

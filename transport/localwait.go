@@ -12,14 +12,12 @@ import (
 // own memory use it through LocalWait, which does both.
 func (f *Fabric) Progress() bool {
 	ran := false
-	if f.prog != nil {
-		ran = f.prog.Progress()
+	for _, p := range f.progs {
+		ran = p.Progress() || ran
 	}
 	f.mu.Lock()
 	if !f.polling {
-		n, err := f.cq.Poll(f.wcs)
-		if err == nil && n > 0 {
-			f.dispatch(f.wcs[:n])
+		if got, _ := f.pollLocked(); got {
 			f.cond.Broadcast()
 			ran = true
 		}
@@ -31,8 +29,8 @@ func (f *Fabric) Progress() bool {
 // EndProgress says the caller stopped driving the fabric with Progress
 // (see verbs.Progresser).
 func (f *Fabric) EndProgress() {
-	if f.prog != nil {
-		f.prog.EndProgress()
+	for _, p := range f.progs {
+		p.EndProgress()
 	}
 }
 
@@ -73,7 +71,7 @@ const (
 func (f *Fabric) NewLocalWait() LocalWait {
 	now := time.Now()
 	w := LocalWait{f: f, pause: time.Microsecond}
-	if f.prog != nil {
+	if f.progs != nil {
 		w.spinEnd = now.Add(LocalSpin)
 	}
 	if f.timeout > 0 {
@@ -103,7 +101,7 @@ func (w *LocalWait) Pause() bool {
 	if !w.deadline.IsZero() && now.After(w.deadline) {
 		return false
 	}
-	if w.f.prog == nil {
+	if w.f.progs == nil {
 		w.f.Progress() // completions and notifications only
 		if w.polls++; w.polls < hwYields {
 			runtime.Gosched()

@@ -171,11 +171,9 @@ func (f *Fabric) TestNotify(tag uint32, count int) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.polling {
-		n, err := f.cq.Poll(f.wcs)
-		if err != nil {
+		if _, err := f.pollLocked(); err != nil {
 			return false, err
 		}
-		f.dispatch(f.wcs[:n])
 	}
 	if f.noteCount(tag) >= count {
 		f.notesOf(tag).consume(count)

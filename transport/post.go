@@ -157,7 +157,7 @@ func (f *Fabric) post(r int, op verbs.Opcode, flags verbs.SendFlags, local Local
 	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
-	p.sge[0] = verbs.SGE{Addr: local.Addr, Length: n, LKey: local.LKey}
+	p.sge[0] = verbs.SGE{Addr: local.Addr, Length: n, LKey: f.lkeyOn(local.LKey, p.ci)}
 	p.wr = verbs.SendWR{Op: op, Flags: flags, SGL: p.sge[:1], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: arg0, Swap: arg1}
 	if n == 0 {
 		p.wr.SGL = nil

@@ -94,25 +94,41 @@ func (a Access) verbs() verbs.Access {
 // Region is memory registered with the fabric: this rank's requests use it
 // through Local, and, once the region was exchanged (collective regions),
 // peers' copies of it are reached through Remote. It is the one way memory
-// is registered above the verbs layer.
+// is registered above the verbs layer. In a fabric with several provider
+// contexts (contexts.go) it is registered on each: Local carries a handle
+// the fabric translates when posting (keys.go), Remote the key of the
+// context that serves the peer.
 type Region struct {
-	f     *Fabric
-	b     []byte
-	mem   *Memory // the region's own memory (AllocRegion), else nil
-	mr    verbs.MR
-	loc   Local // byte 0 for this rank's requests
-	acc   Access
-	peers []Remote // every rank's region, after Exchange
+	f      *Fabric
+	b      []byte
+	mem    *Memory // the region's own memory (AllocRegion), else nil
+	mrs    []verbs.MR
+	keys   Keys  // rkey on each context
+	loc    Local // byte 0 for this rank's requests
+	handle bool  // loc.LKey is a handle (keys.go)
+	acc    Access
+	peers  []Remote // every rank's region, after Exchange
 }
 
 // Register registers b, which the caller owns and keeps from moving (Go
 // memory must be pinned) until Close.
 func (f *Fabric) Register(b []byte, acc Access) (*Region, error) {
-	mr, err := f.pd.RegMR(b, acc.verbs())
-	if err != nil {
-		return nil, err
+	g := &Region{f: f, b: b, acc: acc}
+	var lkeys keySet
+	for i, c := range f.ctxs {
+		mr, err := c.pd.RegMR(b, acc.verbs())
+		if err != nil {
+			g.Close()
+			return nil, err
+		}
+		g.mrs = append(g.mrs, mr)
+		g.keys[i], lkeys[i] = mr.RKey(), mr.LKey()
 	}
-	return &Region{f: f, b: b, mr: mr, loc: Local{Addr: mr.Addr(), LKey: mr.LKey()}, acc: acc}, nil
+	g.loc = Local{Addr: g.mrs[0].Addr(), LKey: lkeys[0]}
+	if f.multi {
+		g.loc.LKey, g.handle = f.newHandle(lkeys), true
+	}
+	return g, nil
 }
 
 // AllocRegion allocates n bytes of zeroed memory outside the Go heap
@@ -144,16 +160,18 @@ func (f *Fabric) AllocRegionExchange(n int, acc Access) (*Region, error) {
 	return g, nil
 }
 
-// regionDesc is the bytes of a region's address and key in Exchange.
-const regionDesc = 12
+// regionDesc is the bytes of a region's address and keys in Exchange.
+const regionDesc = 8 + 4*MaxContexts
 
-// Exchange tells every rank this region's address and key and learns
+// Exchange tells every rank this region's address and keys and learns
 // theirs (an allgather): collective, every rank calls it for its regions
 // in the same order. Remote then reaches any rank's region.
 func (g *Region) Exchange() error {
 	var desc [regionDesc]byte
-	binary.LittleEndian.PutUint64(desc[0:], g.mr.Addr())
-	binary.LittleEndian.PutUint32(desc[8:], g.mr.RKey())
+	binary.LittleEndian.PutUint64(desc[0:], g.loc.Addr)
+	for i, k := range g.keys {
+		binary.LittleEndian.PutUint32(desc[8+4*i:], k)
+	}
 	all := make([][]byte, g.f.size)
 	for r := range all {
 		all[r] = make([]byte, regionDesc)
@@ -163,7 +181,8 @@ func (g *Region) Exchange() error {
 	}
 	g.peers = make([]Remote, g.f.size)
 	for r, d := range all {
-		g.peers[r] = Remote{Addr: binary.LittleEndian.Uint64(d[0:]), RKey: binary.LittleEndian.Uint32(d[8:])}
+		ci := int(g.f.via[r])
+		g.peers[r] = Remote{Addr: binary.LittleEndian.Uint64(d[0:]), RKey: binary.LittleEndian.Uint32(d[8+4*ci:])}
 	}
 	return nil
 }
@@ -188,11 +207,19 @@ func (g *Region) Local(off int) Local {
 	return Local{Addr: g.loc.Addr + uint64(off), LKey: g.loc.LKey}
 }
 
-// Self is this rank's byte off of the region as peers reach it, for
-// descriptors a caller exchanges itself.
+// Self is this rank's byte off of the region as the peers served by the
+// fabric's first context reach it, for descriptors a caller exchanges
+// itself; with several contexts publish Keys, which every peer resolves
+// with Fabric.KeyOf.
 func (g *Region) Self(off int) Remote {
-	return Remote{Addr: g.loc.Addr + uint64(off), RKey: g.mr.RKey()}
+	return Remote{Addr: g.loc.Addr + uint64(off), RKey: g.keys[0]}
 }
+
+// Keys is the region's remote key on each of the fabric's contexts.
+func (g *Region) Keys() Keys { return g.keys }
+
+// MROf is the region's registration on the context that serves rank r.
+func (g *Region) MROf(r int) verbs.MR { return g.mrs[g.f.via[r]] }
 
 // Remote is rank r's byte off of the region (after Exchange).
 func (g *Region) Remote(r, off int) Remote {
@@ -203,13 +230,19 @@ func (g *Region) Remote(r, off int) Remote {
 // Call it only once no rank can still reach it (after a barrier, or
 // Disconnect). A second call does nothing.
 func (g *Region) Close() error {
-	if g == nil || g.mr == nil {
+	if g == nil || g.mrs == nil {
 		return nil
 	}
-	err := g.mr.Dereg()
+	var err error
+	for _, mr := range g.mrs {
+		err = errors.Join(err, mr.Dereg())
+	}
+	if g.handle {
+		g.f.dropHandle(g.loc.LKey)
+	}
 	if g.mem != nil {
 		err = errors.Join(err, g.mem.Free())
 	}
-	g.mr, g.mem, g.b, g.peers = nil, nil, nil, nil
+	g.mrs, g.mem, g.b, g.peers = nil, nil, nil, nil
 	return err
 }

@@ -40,7 +40,7 @@ type Var struct {
 // missing here, and another checks docs/config.md against it.
 var Vars = []Var{
 	{EnvProvider, Setting, "verbs provider (rmarun -provider sets it)",
-		"auto, soft or ibv", "auto: ibv when an RDMA device is usable, else soft with a notice", "transport (Open)"},
+		"auto, soft, ibv or shm", "auto: shm for node-local peers; for the others ibv when an RDMA device is usable, else soft with a notice", "transport (Open)"},
 	{EnvDevice, Setting, "the provider's device",
 		"a device name (ibv_devices lists them; soft has only soft0)", "the provider's choice", "transport (Open), passed to the provider"},
 	{EnvNetDev, Setting, "pick the RDMA device on this network interface (ibv), when RMAGO_DEVICE is unset",

@@ -85,12 +85,24 @@ func jobSize() int {
 }
 
 // Provider is the provider in-process jobs use: RMAGO_PROVIDER if set
-// (the suites run on shm that way), else soft.
+// (the suites run on shm that way), else soft; auto (a mixed job) when
+// RMAGO_TEST_NODES splits the ranks into pretend nodes.
 func Provider() string {
 	if p := os.Getenv("RMAGO_PROVIDER"); p != "" && p != "auto" {
 		return p
 	}
+	if pretendNodes() > 1 {
+		return "auto"
+	}
 	return "soft"
+}
+
+// pretendNodes is RMAGO_TEST_NODES: in-process jobs split their ranks
+// into that many pretend nodes (transport.PretendNodes), shm inside each
+// and the network provider between them; 0 or 1: one node.
+func pretendNodes() int {
+	k, _ := strconv.Atoi(os.Getenv("RMAGO_TEST_NODES"))
+	return k
 }
 
 // Start is Run without a testing.TB, always in-process: it returns each
@@ -117,12 +129,13 @@ func Start(n int, fn func(w *rma.World) error) []error {
 					errs[r] = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 				}
 			}()
-			b, err := transport.Rendezvous(transport.RendezvousConfig{Rank: r, Size: n, Rendezvous: rendezvous, Secret: secret, Addr: launch.DefaultAddr})
+			b, err := transport.Rendezvous(transport.RendezvousConfig{Rank: r, Size: n, Rendezvous: rendezvous, Secret: secret, Addr: launch.DefaultAddr,
+				Nodes: transport.PretendNodes(n, pretendNodes())})
 			if err != nil {
 				errs[r] = err
 				return
 			}
-			v, err := join.World(b, transport.Options{Provider: Provider(), Timeout: Timeout})
+			v, err := join.World(b, transport.Options{Provider: Provider(), Timeout: Timeout, Notice: func(string) {}})
 			if err != nil {
 				errs[r] = err
 				return

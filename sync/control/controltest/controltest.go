@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,11 +119,13 @@ func Run(t testing.TB, n int, opts Options, fn func(r *Rank) error) {
 }
 
 func runRank(me, n, port int, secret []byte, opts Options, fn func(r *Rank) error) error {
-	b, err := transport.Rendezvous(transport.RendezvousConfig{Rank: me, Size: n, Rendezvous: fmt.Sprintf("127.0.0.1:%d", port), Secret: secret, Addr: "127.0.0.1"})
+	k, _ := strconv.Atoi(os.Getenv("RMAGO_TEST_NODES")) // pretend nodes: a mixed job (rmatest)
+	b, err := transport.Rendezvous(transport.RendezvousConfig{Rank: me, Size: n, Rendezvous: fmt.Sprintf("127.0.0.1:%d", port), Secret: secret, Addr: "127.0.0.1",
+		Nodes: transport.PretendNodes(n, k)})
 	if err != nil {
 		return err
 	}
-	f, err := transport.Open(b, transport.Options{Provider: provider(), Timeout: opts.Timeout})
+	f, err := transport.Open(b, transport.Options{Provider: provider(), Timeout: opts.Timeout, Notice: func(string) {}})
 	if err != nil {
 		return err
 	}
@@ -162,6 +165,9 @@ func runRank(me, n, port int, secret []byte, opts Options, fn func(r *Rank) erro
 func provider() string {
 	if p := os.Getenv("RMAGO_PROVIDER"); p != "" && p != "auto" {
 		return p
+	}
+	if k, _ := strconv.Atoi(os.Getenv("RMAGO_TEST_NODES")); k > 1 {
+		return "auto"
 	}
 	return "soft"
 }
