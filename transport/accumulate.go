@@ -90,7 +90,7 @@ func (f *Fabric) PostAccumulate(r int, a Accumulate) (uint64, error) {
 	if a.Fetch {
 		flags = verbs.Signaled
 	}
-	p.sge[0] = verbs.SGE{Addr: a.Local.Addr, Length: a.Len, LKey: a.Local.LKey}
+	p.sge[0] = verbs.SGE{Addr: a.Local.Addr, Length: a.Len, LKey: f.lkeyOn(a.Local.LKey, p.ci)}
 	p.wr = verbs.SendWR{Op: verbs.OpAccumulate, Flags: flags, SGL: p.sge[:1], RemoteAddr: a.Remote.Addr, RKey: a.Remote.RKey,
 		Acc: verbs.Accumulate{Op: a.Op, Type: a.Type, Fetch: a.Fetch}}
 	if a.Len == 0 {
