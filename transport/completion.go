@@ -100,6 +100,10 @@ func (f *Fabric) Flush(r int) error {
 		p.postMu.Unlock()
 		return f.Err(r)
 	}
+	if p.lastSignaled < target && f.ctx.Attr().CompletesAtPost && f.pollPosted() {
+		p.postMu.Unlock()
+		return f.Err(r) // everything posted has completed, and its failures are counted
+	}
 	if p.lastSignaled < target {
 		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
 		seq, err := f.postLocked(p, &p.flushWR)
@@ -156,6 +160,32 @@ func (f *Fabric) FlushRanks(ranks []int) error {
 	return errors.Join(errs...)
 }
 
+// pollPosted dispatches every completion the CQ holds, for a provider whose
+// requests complete at post (verbs.DeviceAttr.CompletesAtPost): all that
+// was posted is then accounted for. It does nothing and reports false if
+// another goroutine is polling (it may hold completions not dispatched
+// yet).
+func (f *Fabric) pollPosted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.polling {
+		return false
+	}
+	for {
+		n, err := f.cq.Poll(f.wcs)
+		if err != nil {
+			return false
+		}
+		if n > 0 {
+			f.dispatch(f.wcs[:n])
+			f.cond.Broadcast()
+		}
+		if n < len(f.wcs) {
+			return true
+		}
+	}
+}
+
 // postFlush posts Flush's request to rank r, if one is needed, without
 // waiting; the Flush that follows then only waits. Errors are left to it.
 func (f *Fabric) postFlush(r int) {
@@ -165,7 +195,7 @@ func (f *Fabric) postFlush(r int) {
 	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
-	if target := p.posted.Load(); p.done.Load() < target && p.lastSignaled < target {
+	if target := p.posted.Load(); p.done.Load() < target && p.lastSignaled < target && !f.ctx.Attr().CompletesAtPost {
 		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
 		_, _ = f.postLocked(p, &p.flushWR) // a failure: the Flush that follows reports it
 	}
