@@ -43,6 +43,9 @@ func (f *Fabric) waitRequest(r int, seq uint64, d time.Duration) error {
 		}
 	}
 	p.postMu.Unlock()
+	if f.ctx.Attr().CompletesAtPost && f.pollPosted() && p.done.Load() >= seq {
+		return f.Err(r) // done at post: no clock, no wait
+	}
 	cond := func() bool { return p.done.Load() >= seq }
 	op := waitOp{what: "wait", rank: r, seq: seq, fails: true}
 	if d > 0 {
