@@ -67,15 +67,17 @@ const LocalSpin = 100 * time.Microsecond
 const (
 	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
 	hwYields      = 64                     // hardware: polls before the first sleep
+	hwClockEvery  = 16                     // hardware: polls per look at the clock while yielding
 )
 
 // NewLocalWait starts a wait bounded by the fabric's timeout.
 func (f *Fabric) NewLocalWait() LocalWait {
-	now := time.Now()
 	w := LocalWait{f: f, pause: time.Microsecond}
-	if f.prog != nil {
-		w.spinEnd = now.Add(LocalSpin)
+	if f.prog == nil {
+		return w // hardware: Pause sets the deadline at its first look at the clock
 	}
+	now := time.Now()
+	w.spinEnd = now.Add(LocalSpin)
 	if f.timeout > 0 {
 		w.deadline = now.Add(f.timeout)
 	}
@@ -99,18 +101,27 @@ func (w *LocalWait) Grace() bool {
 // yields or sleeps. It returns false, at once, when the deadline has
 // passed.
 func (w *LocalWait) Pause() bool {
-	now := time.Now()
-	if !w.deadline.IsZero() && now.After(w.deadline) {
-		return false
-	}
 	if w.f.prog == nil {
+		// The clock only every hwClockEvery polls while yielding: it costs
+		// as much as the poll.
+		if w.polls++; (w.polls >= hwYields || w.polls%hwClockEvery == 0) && w.f.timeout > 0 {
+			if now := time.Now(); w.deadline.IsZero() {
+				w.deadline = now.Add(w.f.timeout) // the first look (NewLocalWait)
+			} else if now.After(w.deadline) {
+				return false
+			}
+		}
 		w.f.Progress() // completions and notifications only
-		if w.polls++; w.polls < hwYields {
+		if w.polls < hwYields {
 			runtime.Gosched()
 		} else {
 			time.Sleep(time.Microsecond)
 		}
 		return true
+	}
+	now := time.Now()
+	if !w.deadline.IsZero() && now.After(w.deadline) {
+		return false
 	}
 	if w.f.Progress() {
 		w.spinEnd = now.Add(LocalSpin)
