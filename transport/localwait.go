@@ -2,6 +2,7 @@ package transport
 
 import (
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -45,8 +46,10 @@ func (f *Fabric) EndProgress() {
 //     until Done or a sleep) and yields; once nothing
 //     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
 //     100 µs (an idle rank then costs next to no CPU);
-//   - on hardware, where memory changes by itself, it yields for a few
-//     polls and then sleeps the shortest sleep Go offers between polls:
+//   - on hardware (and shm), where memory changes by itself, it yields to
+//     goroutines for a few polls, then to other processes (sched_yield)
+//     for LocalSpin, and then sleeps the shortest sleep Go offers between
+//     polls:
 //     longer sleeps are stretched by the timer (to about a millisecond in
 //     the Soft-RoCE VM, which made a lock ping-pong 4 times slower), and
 //     spinning would take CPU from the peers and, on Soft-RoCE, from the
@@ -102,19 +105,33 @@ func (w *LocalWait) Grace() bool {
 // passed.
 func (w *LocalWait) Pause() bool {
 	if w.f.prog == nil {
-		// The clock only every hwClockEvery polls while yielding: it costs
-		// as much as the poll.
-		if w.polls++; (w.polls >= hwYields || w.polls%hwClockEvery == 0) && w.f.timeout > 0 {
-			if now := time.Now(); w.deadline.IsZero() {
+		w.f.Progress() // completions and notifications only
+		// The clock only every hwClockEvery polls while yielding to
+		// goroutines: it costs as much as the poll.
+		if w.polls++; w.polls < hwYields && w.polls%hwClockEvery != 0 {
+			runtime.Gosched()
+			return true
+		}
+		now := time.Now()
+		if w.f.timeout > 0 {
+			if w.deadline.IsZero() {
 				w.deadline = now.Add(w.f.timeout) // the first look (NewLocalWait)
 			} else if now.After(w.deadline) {
 				return false
 			}
 		}
-		w.f.Progress() // completions and notifications only
-		if w.polls < hwYields {
+		switch {
+		case w.polls < hwYields:
 			runtime.Gosched()
-		} else {
+		case w.spinEnd.IsZero() || now.Before(w.spinEnd):
+			// Then yield the core to other processes (peers on this node,
+			// the kernel's RDMA engine) for LocalSpin: Go's shortest sleep
+			// lasts up to a millisecond when nothing else runs.
+			if w.spinEnd.IsZero() {
+				w.spinEnd = now.Add(LocalSpin)
+			}
+			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		default:
 			time.Sleep(time.Microsecond)
 		}
 		return true
