@@ -43,7 +43,7 @@ func (f *Fabric) waitRequest(r int, seq uint64, d time.Duration) error {
 		}
 	}
 	p.postMu.Unlock()
-	if f.ctx.Attr().CompletesAtPost && f.pollPosted() && p.done.Load() >= seq {
+	if f.atPost(p) && f.pollPosted() && p.done.Load() >= seq {
 		return f.Err(r) // done at post: no clock, no wait
 	}
 	cond := func() bool { return p.done.Load() >= seq }
@@ -103,7 +103,7 @@ func (f *Fabric) Flush(r int) error {
 		p.postMu.Unlock()
 		return f.Err(r)
 	}
-	if p.lastSignaled < target && f.ctx.Attr().CompletesAtPost && f.pollPosted() {
+	if p.lastSignaled < target && f.atPost(p) && f.pollPosted() {
 		p.postMu.Unlock()
 		return f.Err(r) // everything posted has completed, and its failures are counted
 	}
@@ -163,6 +163,10 @@ func (f *Fabric) FlushRanks(ranks []int) error {
 	return errors.Join(errs...)
 }
 
+// atPost reports whether the provider that carries p completes requests
+// in PostSend (verbs.DeviceAttr.CompletesAtPost).
+func (f *Fabric) atPost(p *peer) bool { return f.ctx.Attr().CompletesAtPost }
+
 // pollPosted dispatches every completion the CQ holds, for a provider whose
 // requests complete at post (verbs.DeviceAttr.CompletesAtPost): all that
 // was posted is then accounted for. It does nothing and reports false if
@@ -198,7 +202,7 @@ func (f *Fabric) postFlush(r int) {
 	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
-	if target := p.posted.Load(); p.done.Load() < target && p.lastSignaled < target && !f.ctx.Attr().CompletesAtPost {
+	if target := p.posted.Load(); p.done.Load() < target && p.lastSignaled < target && !f.atPost(p) {
 		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
 		_, _ = f.postLocked(p, &p.flushWR) // a failure: the Flush that follows reports it
 	}
