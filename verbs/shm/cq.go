@@ -35,7 +35,7 @@ const cqInitial = 1024
 
 // pureSpin is how long Wait polls without giving up the core; after it,
 // until the context's spin time ends, it yields the core between polls.
-const pureSpin = 2 * time.Microsecond
+const pureSpin = 500 * time.Nanosecond
 
 // loadsPerCheck is how many times Wait rereads the bell between looks at
 // the clock and polls: a completion rings the bell, so an unchanged bell
