@@ -69,7 +69,7 @@ const LocalSpin = 100 * time.Microsecond
 
 const (
 	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
-	hwYields      = 64                     // hardware: polls before the first sleep
+	hwYields      = 16                     // hardware: polls yielding to goroutines only
 	hwClockEvery  = 16                     // hardware: polls per look at the clock while yielding
 )
 
