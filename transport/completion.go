@@ -43,6 +43,9 @@ func (f *Fabric) waitRequest(r int, seq uint64, d time.Duration) error {
 		}
 	}
 	p.postMu.Unlock()
+	if p.c.atPost && f.pollPosted(p.c) && p.done.Load() >= seq {
+		return f.Err(r) // done at post: no clock, no wait
+	}
 	cond := func() bool { return p.done.Load() >= seq }
 	op := waitOp{what: "wait", rank: r, seq: seq, fails: true}
 	if d > 0 {
@@ -97,6 +100,10 @@ func (f *Fabric) Flush(r int) error {
 	if p.done.Load() >= target {
 		p.postMu.Unlock()
 		return f.Err(r)
+	}
+	if p.lastSignaled < target && p.c.atPost && f.pollPosted(p.c) {
+		p.postMu.Unlock()
+		return f.Err(r) // everything posted has completed, and its failures are counted
 	}
 	if p.lastSignaled < target {
 		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
@@ -154,6 +161,32 @@ func (f *Fabric) FlushRanks(ranks []int) error {
 	return errors.Join(errs...)
 }
 
+// pollPosted dispatches every completion c's CQ holds, for a provider whose
+// requests complete at post (verbs.DeviceAttr.CompletesAtPost): all that
+// was posted is then accounted for. It does nothing and reports false if
+// another goroutine is polling (it may hold completions not dispatched
+// yet).
+func (f *Fabric) pollPosted(c *pctx) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.polling {
+		return false
+	}
+	for {
+		n, err := c.cq.Poll(c.wcs)
+		if err != nil {
+			return false
+		}
+		if n > 0 {
+			f.dispatch(c, c.wcs[:n])
+			f.cond.Broadcast()
+		}
+		if n < len(c.wcs) {
+			return true
+		}
+	}
+}
+
 // postFlush posts Flush's request to rank r, if one is needed, without
 // waiting; the Flush that follows then only waits. Errors are left to it.
 func (f *Fabric) postFlush(r int) {
@@ -163,7 +196,7 @@ func (f *Fabric) postFlush(r int) {
 	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
-	if target := p.posted.Load(); p.done.Load() < target && p.lastSignaled < target {
+	if target := p.posted.Load(); p.done.Load() < target && p.lastSignaled < target && !p.c.atPost {
 		p.flushWR = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled}
 		_, _ = f.postLocked(p, &p.flushWR) // a failure: the Flush that follows reports it
 	}

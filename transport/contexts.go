@@ -47,6 +47,9 @@ type pctx struct {
 	byQPN  map[uint32]*peer  // receiving queue pairs; under f.mu
 	wcs    []verbs.WC        // polled completions, owned by the poller
 	got    int               // completions in wcs not dispatched yet
+	// atPost: the provider completes every request inside PostSend
+	// (verbs.DeviceAttr.CompletesAtPost: shm).
+	atPost bool
 }
 
 // shmName is the node-local provider's registered name.
@@ -130,6 +133,7 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 func (f *Fabric) addContext(name string, ctx verbs.Context) *pctx {
 	c := &pctx{idx: uint8(len(f.ctxs)), name: name, ctx: ctx, byQPN: map[uint32]*peer{}, wcs: make([]verbs.WC, 64)}
 	c.prog, _ = ctx.(verbs.Progresser)
+	c.atPost = ctx.Attr().CompletesAtPost
 	f.ctxs = append(f.ctxs, c)
 	f.multi = len(f.ctxs) > 1
 	if c.prog != nil {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -43,8 +44,10 @@ func (f *Fabric) EndProgress() {
 //     until Done or a sleep) and yields; once nothing
 //     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
 //     100 µs (an idle rank then costs next to no CPU);
-//   - on hardware, where memory changes by itself, it yields for a few
-//     polls and then sleeps the shortest sleep Go offers between polls:
+//   - on hardware (and shm), where memory changes by itself, it yields to
+//     goroutines for a few polls, then to other processes (sched_yield)
+//     for LocalSpin, and then sleeps the shortest sleep Go offers between
+//     polls:
 //     longer sleeps are stretched by the timer (to about a millisecond in
 //     the Soft-RoCE VM, which made a lock ping-pong 4 times slower), and
 //     spinning would take CPU from the peers and, on Soft-RoCE, from the
@@ -64,16 +67,18 @@ const LocalSpin = 100 * time.Microsecond
 
 const (
 	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
-	hwYields      = 64                     // hardware: polls before the first sleep
+	hwYields      = 16                     // hardware: polls yielding to goroutines only
+	hwClockEvery  = 16                     // hardware: polls per look at the clock while yielding
 )
 
 // NewLocalWait starts a wait bounded by the fabric's timeout.
 func (f *Fabric) NewLocalWait() LocalWait {
-	now := time.Now()
 	w := LocalWait{f: f, pause: time.Microsecond}
-	if f.progs != nil {
-		w.spinEnd = now.Add(LocalSpin)
+	if f.progs == nil {
+		return w // hardware: Pause sets the deadline at its first look at the clock
 	}
+	now := time.Now()
+	w.spinEnd = now.Add(LocalSpin)
 	if f.timeout > 0 {
 		w.deadline = now.Add(f.timeout)
 	}
@@ -97,18 +102,41 @@ func (w *LocalWait) Grace() bool {
 // yields or sleeps. It returns false, at once, when the deadline has
 // passed.
 func (w *LocalWait) Pause() bool {
-	now := time.Now()
-	if !w.deadline.IsZero() && now.After(w.deadline) {
-		return false
-	}
 	if w.f.progs == nil {
 		w.f.Progress() // completions and notifications only
-		if w.polls++; w.polls < hwYields {
+		// The clock only every hwClockEvery polls while yielding to
+		// goroutines: it costs as much as the poll.
+		if w.polls++; w.polls < hwYields && w.polls%hwClockEvery != 0 {
 			runtime.Gosched()
-		} else {
+			return true
+		}
+		now := time.Now()
+		if w.f.timeout > 0 {
+			if w.deadline.IsZero() {
+				w.deadline = now.Add(w.f.timeout) // the first look (NewLocalWait)
+			} else if now.After(w.deadline) {
+				return false
+			}
+		}
+		switch {
+		case w.polls < hwYields:
+			runtime.Gosched()
+		case w.spinEnd.IsZero() || now.Before(w.spinEnd):
+			// Then yield the core to other processes (peers on this node,
+			// the kernel's RDMA engine) for LocalSpin: Go's shortest sleep
+			// lasts up to a millisecond when nothing else runs.
+			if w.spinEnd.IsZero() {
+				w.spinEnd = now.Add(LocalSpin)
+			}
+			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		default:
 			time.Sleep(time.Microsecond)
 		}
 		return true
+	}
+	now := time.Now()
+	if !w.deadline.IsZero() && now.After(w.deadline) {
+		return false
 	}
 	if w.f.Progress() {
 		w.spinEnd = now.Add(LocalSpin)

@@ -199,6 +199,11 @@ type DeviceAttr struct {
 	// locally complete once posted. Hardware takes only inline payloads
 	// (MaxInline) at post time.
 	PostCopiesPayload bool
+	// CompletesAtPost: every request has executed when PostSend returns,
+	// and its completion (a signalled one's, or a failure's) is in the
+	// send CQ already (shm runs requests in PostSend). A flush then needs
+	// no request of its own: polling the CQ finds any failure.
+	CompletesAtPost bool
 }
 
 // Config carries what a provider may need to open a device. Providers

@@ -33,9 +33,14 @@ type cq struct {
 
 const cqInitial = 1024
 
-// pureSpins is the polls Wait makes before it starts yielding the core
-// between polls.
-const pureSpins = 32
+// pureSpin is how long Wait polls without giving up the core; after it,
+// until the context's spin time ends, it yields the core between polls.
+const pureSpin = 500 * time.Nanosecond
+
+// loadsPerCheck is how many times Wait rereads the bell between looks at
+// the clock and polls: a completion rings the bell, so an unchanged bell
+// means Poll would find nothing, and reading it is all a spin needs.
+const loadsPerCheck = 64
 
 func (c *device) CreateCQ(depth int) (verbs.CQ, error) {
 	if depth <= 0 {
@@ -151,25 +156,41 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	return k, nil
 }
 
-// Wait polls for the context's spin time, then sleeps on the bell until a completion or
-// the deadline.
+// Wait polls for the context's spin time, then sleeps on the bell until a
+// completion or the deadline. Between polls it rereads the bell (every
+// completion rings it), so a spin costs neither the lock nor the clock.
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
-	spinEnd := time.Now().Add(q.ctx.spin)
+	v := q.bell.ring.Load()
+	if n, err := q.Poll(wc); n > 0 || err != nil {
+		return n, err // the common case on shm: requests complete at post
+	}
+	start := time.Now()
+	spinEnd, pureEnd := start.Add(q.ctx.spin), start.Add(min(pureSpin, q.ctx.spin))
 	for i := 0; ; i++ {
-		v := q.bell.ring.Load()
-		if n, err := q.Poll(wc); n > 0 || err != nil {
-			return n, err
+		if i > 0 {
+			v = q.bell.ring.Load()
+			if n, err := q.Poll(wc); n > 0 || err != nil {
+				return n, err
+			}
+		}
+		for range loadsPerCheck {
+			if q.bell.ring.Load() != v {
+				break
+			}
+		}
+		if q.bell.ring.Load() != v {
+			continue
 		}
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {
 			return 0, verbs.ErrTimeout
 		}
 		if now.Before(spinEnd) {
-			// The completion comes from another process: give it the
-			// core if it waits for one (Gosched yields only to this
-			// process's goroutines).
+			// The completion comes from another process: past the pure
+			// spin, give it the core if it waits for one (Gosched yields
+			// only to this process's goroutines, so do it now and then).
 			switch {
-			case i < pureSpins:
+			case now.Before(pureEnd):
 			case i&7 == 7:
 				runtime.Gosched()
 			default:
