@@ -1,6 +1,7 @@
 # rmago: one-sided communication (RMA) for Go.
 #   make run        build, then a 2-rank ping-pong on the embedded soft provider
-#   make test       gofmt, go vet, the race-enabled test suite, a short fuzz run
+#   make test       gofmt, go vet, the race-enabled test suite (again on shm, and on two
+#                   pretend nodes: shm inside each, soft between), a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
 #   make test-cluster  jobs across 3 network-namespace hosts under srun (PMI-1, PMI-2, PMIx), Hydra mpiexec, Open MPI mpirun and rmarun -H (root)
 #   make test-faults  fault injection (kill -9, SIGSTOP/SIGCONT, early Close, a peer that
@@ -44,6 +45,8 @@ fuzz:
 
 test: fmt-check vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+	RMAGO_PROVIDER=shm $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...
+	RMAGO_TEST_NODES=2 $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...
 	$(MAKE) fuzz
 
 test-rdma:

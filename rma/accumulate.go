@@ -206,7 +206,7 @@ func (win *Window[T]) compareAndSwap(compare, value T, target, disp int) (T, err
 		if err != nil {
 			return 0, err
 		}
-		if err := w.f.Wait(target, seq); err != nil {
+		if err := w.f.Await(target, seq); err != nil {
 			return 0, err
 		}
 		old := a.word(0)
@@ -300,7 +300,7 @@ func (win *Window[T]) fetchAdd(origin, result []T, target, disp int) (uint64, er
 		if result == nil {
 			continue // complete at the next synchronization; the old values are not needed
 		}
-		if err := w.f.Wait(target, last); err != nil {
+		if err := w.f.Await(target, last); err != nil {
 			return 0, err
 		}
 		for i := 0; i < n; i++ {
@@ -342,7 +342,7 @@ func (win *Window[T]) casLoop(origin, result []T, target, disp int, op Op) error
 			if err != nil {
 				return err
 			}
-			if err := w.f.Wait(target, last); err != nil {
+			if err := w.f.Await(target, last); err != nil {
 				return err
 			}
 			pending = 0

@@ -113,7 +113,7 @@ func rawProbe(w *World, op verbs.Opcode, remote transport.Remote, n uint32) erro
 	if err != nil {
 		return err
 	}
-	return w.f.Wait(0, seq)
+	return w.f.Await(0, seq)
 }
 
 // TestCreatedWindowRegionsRefuse: the provider refuses a write that runs

@@ -19,7 +19,7 @@ func (r *Request) Wait() error {
 	if r.seq == 0 || r.err != nil {
 		return r.err
 	}
-	r.err = r.w.f.Wait(r.rank, r.seq)
+	r.err = r.w.f.Await(r.rank, r.seq)
 	if r.err == nil && r.staged {
 		r.w.stageMu.Lock()
 		r.err = r.w.stage.retireThrough(r.rank, r.seq)

@@ -65,7 +65,7 @@ func (s *stager) take(n int) (off int, pad int, err error) {
 // data out.
 func (s *stager) retire() error {
 	p := s.fifo[0]
-	err := s.w.f.Wait(p.rank, p.seq)
+	err := s.w.f.Await(p.rank, p.seq)
 	if err == nil && p.dst != nil {
 		copy(p.dst, s.reg.Bytes()[p.off:p.off+p.n])
 	}

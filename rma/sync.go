@@ -255,7 +255,7 @@ func (win *Window[T]) AwaitLocal(i int, cond func(T) bool) error {
 	if i < 0 || i >= len(win.local) {
 		return win.errf(ErrRange, "AwaitLocal(%d) on a window of %d elements", i, len(win.local))
 	}
-	lw := win.w.f.NewLocalWait()
+	lw := win.w.f.NewPoller()
 	defer lw.Done()
 	for {
 		if cond(win.LoadLocal(i)) {

@@ -53,7 +53,7 @@ func TestPostAccumulate(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if err := f.Wait(target, seq); err != nil {
+			if err := f.Await(target, seq); err != nil {
 				return err
 			}
 			for i := range words {

@@ -30,7 +30,7 @@ func (f *Fabric) TagBarrier(tag uint32) error {
 			return err
 		}
 	}
-	return f.WaitNotify(tag, f.size-1, f.othersFn)
+	return f.AwaitNotes(tag, f.size-1, f.othersFn)
 }
 
 func (f *Fabric) others(yield func(int) bool) {

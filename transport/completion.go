@@ -13,20 +13,20 @@ import (
 // queue and dispatches what it finds for everyone; Wait, Test and Flush of
 // posted requests are built on that.
 
-// Wait waits until request seq to rank r has completed. If no signalled
+// Await waits until request seq to rank r has completed. If no signalled
 // request at or after seq was posted, it posts one, since only signalled
 // requests report completion.
-func (f *Fabric) Wait(r int, seq uint64) error { return f.waitRequest(r, seq, 0) }
+func (f *Fabric) Await(r int, seq uint64) error { return f.awaitRequest(r, seq, 0) }
 
-// WaitWithin is Wait bounded by d instead of the fabric's timeout, for a
+// AwaitWithin is Wait bounded by d instead of the fabric's timeout, for a
 // protocol undoing an attempt that already waited out a timeout: a rank
 // that does not answer within d is given up, as after a timeout.
-func (f *Fabric) WaitWithin(r int, seq uint64, d time.Duration) error {
-	return f.waitRequest(r, seq, d)
+func (f *Fabric) AwaitWithin(r int, seq uint64, d time.Duration) error {
+	return f.awaitRequest(r, seq, d)
 }
 
-// waitRequest is Wait with bound d (0: the fabric's timeout).
-func (f *Fabric) waitRequest(r int, seq uint64, d time.Duration) error {
+// awaitRequest is Await with bound d (0: the fabric's timeout).
+func (f *Fabric) awaitRequest(r int, seq uint64, d time.Duration) error {
 	p := f.peers[r].Load()
 	if p == nil || !p.ready.Load() {
 		return f.Err(r) // nothing was posted to it

@@ -53,7 +53,7 @@ func exposeWord(t *testing.T, f *Fabric) (*Memory, verbs.MR) {
 // awaitWord drives f, as a goroutine polling its own memory does, until
 // the word at b holds want. It contacts no peer.
 func awaitWord(f *Fabric, b []byte, want uint64) error {
-	w := f.NewLocalWait()
+	w := f.NewPoller()
 	defer w.Done()
 	for {
 		f.SyncMemory()
@@ -100,9 +100,9 @@ func TestLazyConnectsOnlyUsedPairs(t *testing.T) {
 			if err := f.Notify(other, ping); err != nil {
 				return err
 			}
-			return f.WaitNotify(pong, 1, from)
+			return f.AwaitNotes(pong, 1, from)
 		}
-		if err := f.WaitNotify(ping, 1, from); err != nil {
+		if err := f.AwaitNotes(ping, 1, from); err != nil {
 			return err
 		}
 		f.SyncMemory()
@@ -155,7 +155,7 @@ func TestConcurrentFirstPosts(t *testing.T) {
 			local := sink.Local(8 * g)
 			seq, err := fs[0].FetchAdd(1, local, remote, 1)
 			if err == nil {
-				err = fs[0].Wait(1, seq)
+				err = fs[0].Await(1, seq)
 			}
 			errs[g] = err
 		})
@@ -208,7 +208,7 @@ func TestFirstContactFromPassiveSide(t *testing.T) {
 	if err := fs[1].Notify(0, answer); err != nil {
 		t.Fatal(err)
 	}
-	if err := fs[0].WaitNotify(answer, 1, func(yield func(int) bool) { yield(1) }); err != nil {
+	if err := fs[0].AwaitNotes(answer, 1, func(yield func(int) bool) { yield(1) }); err != nil {
 		t.Fatal(err)
 	}
 	if d := fs[1].conns.dialed.Load() + fs[0].conns.accepted.Load(); d != 0 {
@@ -259,7 +259,7 @@ func TestPeerGoneBeforeContact(t *testing.T) {
 				return fmt.Errorf("notify a rank gone before contact: %v", err)
 			}
 		} else {
-			err := f.WaitNotify(tag, 1, func(yield func(int) bool) { yield(2) })
+			err := f.AwaitNotes(tag, 1, func(yield func(int) bool) { yield(2) })
 			if !errors.Is(err, ErrPeer) || errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 2") {
 				return fmt.Errorf("wait for a rank gone before contact: %v", err)
 			}
@@ -267,7 +267,7 @@ func TestPeerGoneBeforeContact(t *testing.T) {
 		if err := f.Notify(1-f.Rank(), live); err != nil {
 			return err
 		}
-		return f.WaitNotify(live, 1, func(yield func(int) bool) { yield(1 - f.Rank()) })
+		return f.AwaitNotes(live, 1, func(yield func(int) bool) { yield(1 - f.Rank()) })
 	})
 }
 

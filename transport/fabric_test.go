@@ -198,16 +198,16 @@ func TestNoAllocs(t *testing.T) {
 			// Each rank touches its own half of the peer's first 1 KiB.
 			rem := Remote{Addr: remote.Addr + uint64(f.Rank())*512, RKey: remote.RKey}
 			seq, err := f.Write(peer, local, rem, 64)
-			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			errs = errors.Join(errs, err, f.Await(peer, seq))
 			seq, err = f.Read(peer, local, rem, 64)
-			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			errs = errors.Join(errs, err, f.Await(peer, seq))
 			seq, err = f.FetchAdd(peer, local, Remote{Addr: rem.Addr + 256, RKey: rem.RKey}, 1)
-			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			errs = errors.Join(errs, err, f.Await(peer, seq))
 			seq, err = f.PostAtomic(peer, Atomic{Op: CompareSwapOp, Local: local, Remote: Remote{Addr: rem.Addr + 264, RKey: rem.RKey}})
-			errs = errors.Join(errs, err, f.Wait(peer, seq))
+			errs = errors.Join(errs, err, f.Await(peer, seq))
 			_, err = f.Write(peer, local, rem, 8)
 			errs = errors.Join(errs, err, f.Flush(peer), f.FlushAll())
-			errs = errors.Join(errs, f.Notify(peer, tag), f.WaitNotify(tag, 1, f.othersFn))
+			errs = errors.Join(errs, f.Notify(peer, tag), f.AwaitNotes(tag, 1, f.othersFn))
 			errs = errors.Join(errs, f.Barrier())
 		}
 		cycle() // warm up
@@ -252,7 +252,7 @@ func TestPostAtomics(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if err := f.Wait(target, last); err != nil {
+				if err := f.Await(target, last); err != nil {
 					return err
 				}
 				for i := range ops {

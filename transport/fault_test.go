@@ -86,9 +86,9 @@ func onRanks(t *testing.T, fs []*Fabric, fn func(f *Fabric) error) {
 }
 
 // awaitGone drives f until it has noticed that rank r left, the way a
-// goroutine polling its own memory does (LocalWait, as PSCW's Start).
+// goroutine polling its own memory does (Poller, as PSCW's Start).
 func awaitGone(f *Fabric, r int) error {
-	w := f.NewLocalWait()
+	w := f.NewPoller()
 	defer w.Done()
 	for f.Err(r) == nil {
 		if !w.Pause() {
@@ -133,17 +133,17 @@ func TestPeerLeftFailsWaits(t *testing.T) {
 		if err := f.Notify(1-f.Rank(), early); err != nil {
 			return err
 		}
-		if err := f.WaitNotify(early, 2, f.othersFn); err != nil {
+		if err := f.AwaitNotes(early, 2, f.othersFn); err != nil {
 			return fmt.Errorf("wait for a notification rank 2 sent before leaving: %w", err)
 		}
 		// A notification rank 2 never sent fails the wait at once.
 		if err := f.Notify(1-f.Rank(), never); err != nil {
 			return err
 		}
-		if err := f.WaitNotify(never, 2, f.othersFn); !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), "rank 2") {
+		if err := f.AwaitNotes(never, 2, f.othersFn); !errors.Is(err, ErrPeerGone) || !strings.Contains(err.Error(), "rank 2") {
 			return fmt.Errorf("wait for a notification of a rank that left: %v", err)
 		}
-		if _, err := f.WaitNotifyEither(never, never|1, 2); !errors.Is(err, ErrPeerGone) {
+		if _, err := f.AwaitNotesEither(never, never|1, 2); !errors.Is(err, ErrPeerGone) {
 			return fmt.Errorf("fence-style wait with a rank that left: %v", err)
 		}
 		if err := f.Notify(2, never); !errors.Is(err, ErrPeerGone) {
@@ -244,7 +244,7 @@ func TestStoppedPeerGivenUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = f.Wait(1, seq)
+	err = f.Await(1, seq)
 	if !errors.Is(err, ErrPeer) || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 1") {
 		t.Fatalf("read from a stopped rank: %v", err)
 	}
@@ -391,7 +391,7 @@ func TestTimeoutNamesWait(t *testing.T) {
 	if err := fs[1].Notify(0, tag); err != nil {
 		t.Fatal(err)
 	}
-	err := fs[0].WaitNotify(tag, 2, fs[0].othersFn)
+	err := fs[0].AwaitNotes(tag, 2, fs[0].othersFn)
 	if !errors.Is(err, ErrTimeout) || errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "notification wait: 1 of 2") || !strings.Contains(err.Error(), "none from rank 2 ") {
 		t.Fatalf("notification wait past the timeout: %v", err)
 	}

@@ -137,7 +137,7 @@ func TestMixedDataAndNotify(t *testing.T) {
 				return err
 			}
 		}
-		if err := f.WaitNotify(MakeTag(TagUser, 1, 0), n, f.othersFn); err != nil {
+		if err := f.AwaitNotes(MakeTag(TagUser, 1, 0), n, f.othersFn); err != nil {
 			return err
 		}
 		f.SyncMemory()
@@ -156,7 +156,7 @@ func TestMixedDataAndNotify(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if err := f.Wait(r, seq); err != nil {
+			if err := f.Await(r, seq); err != nil {
 				return err
 			}
 			f.SyncMemory()
@@ -191,7 +191,7 @@ func TestMixedAtomicsExactTotals(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if err := f.Wait(tgt, seq); err != nil {
+					if err := f.Await(tgt, seq); err != nil {
 						return err
 					}
 					f.SyncMemory()

@@ -100,7 +100,7 @@ func (f *Fabric) NotifySignaled(r int, tag uint32) (uint64, error) {
 
 // TakeNote consumes one notification with tag from rank r if one has
 // arrived, and reports whether it did. It does not make progress: callers
-// polling for notes drive the fabric with Progress (LocalWait).
+// polling for notes drive the fabric with Progress (Poller).
 func (f *Fabric) TakeNote(tag uint32, r int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -122,12 +122,12 @@ func (f *Fabric) HasNote(tag uint32, r int) bool {
 	return t != nil && t.from[r] > 0
 }
 
-// WaitNotify waits until count notifications with tag have arrived (from
+// AwaitNotes waits until count notifications with tag have arrived (from
 // any ranks) and consumes them. from lists the ranks expected to send one
 // each: if one of them fails or leaves the job before its notification
 // arrived, the wait fails at once instead of waiting for the timeout (one
 // that notified and then left counts).
-func (f *Fabric) WaitNotify(tag uint32, count int, from func(yield func(int) bool)) error {
+func (f *Fabric) AwaitNotes(tag uint32, count int, from func(yield func(int) bool)) error {
 	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{tag}, ntags: 1, count: count}
 	err := f.waitFor(func() bool { return f.noteCount(tag) >= count }, op, from)
 	if err == nil {
@@ -138,11 +138,11 @@ func (f *Fabric) WaitNotify(tag uint32, count int, from func(yield func(int) boo
 	return err
 }
 
-// WaitNotifyEither waits until count notifications tagged a or b have
+// AwaitNotesEither waits until count notifications tagged a or b have
 // arrived in all, consumes them, and reports how many carried b. Every
 // other rank is expected to send one; one that fails or leaves before it
 // did fails the wait at once.
-func (f *Fabric) WaitNotifyEither(a, b uint32, count int) (int, error) {
+func (f *Fabric) AwaitNotesEither(a, b uint32, count int) (int, error) {
 	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{a, b}, ntags: 2, count: count}
 	err := f.waitFor(func() bool { return f.noteCount(a)+f.noteCount(b) >= count }, op, f.othersFn)
 	if err != nil {

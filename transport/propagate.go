@@ -54,7 +54,7 @@ func (f *Fabric) noticeGrace() time.Duration {
 // NoticeGrace is how long a wait that reached the timeout while missing
 // healthy-looking ranks should keep waiting for a failure notice before it
 // blames them: min(1 s, timeout/2). Waits that poll their own memory
-// (LocalWait) apply it themselves: past their deadline, they keep polling
+// (Poller) apply it themselves: past their deadline, they keep polling
 // for that long and fail naming the rank whose Err became non-nil (a
 // reported failure is a sticky error too).
 func (f *Fabric) NoticeGrace() time.Duration { return f.noticeGrace() }

@@ -58,7 +58,7 @@ func TestFailedRankFailsGroupWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	crash(t, fs[0])
-	err := fs[1].WaitNotify(tag, 2, fs[1].othersFn)
+	err := fs[1].AwaitNotes(tag, 2, fs[1].othersFn)
 	if !errors.Is(err, ErrPeer) || errors.Is(err, ErrPeerGone) || errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 0") {
 		t.Fatalf("rank 1's wait after rank 0 died: %v", err)
 	}
@@ -87,7 +87,7 @@ func TestOrderlyLeaveKeepsGroupWait(t *testing.T) {
 		if err := f.Notify(1-f.Rank(), tag); err != nil {
 			return err
 		}
-		if err := f.WaitNotify(tag, 2, f.othersFn); err != nil {
+		if err := f.AwaitNotes(tag, 2, f.othersFn); err != nil {
 			return fmt.Errorf("wait with a rank that notified and left: %w", err)
 		}
 		if err := f.Err(1 - f.Rank()); err != nil {
@@ -100,7 +100,7 @@ func TestOrderlyLeaveKeepsGroupWait(t *testing.T) {
 // waitNotes drives f until count notifications with tag have arrived,
 // without consuming them.
 func waitNotes(f *Fabric, tag uint32, count int) error {
-	w := f.NewLocalWait()
+	w := f.NewPoller()
 	defer w.Done()
 	for {
 		f.mu.Lock()
@@ -220,14 +220,14 @@ func TestReportedRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- fs[2].WaitNotify(reportTag, 2, fs[2].othersFn) }()
+	go func() { done <- fs[2].AwaitNotes(reportTag, 2, fs[2].othersFn) }()
 	local := Local{Addr: rd.mr.Addr(), LKey: rd.mr.LKey()}
 	remote := Remote{Addr: getU64(rd.all[1]), RKey: getU32(rd.all[1][8:])}
 	seq, err := fs[0].Read(1, local, remote, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fs[0].Wait(1, seq); !errors.Is(err, ErrPeer) || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 1") {
+	if err := fs[0].Await(1, seq); !errors.Is(err, ErrPeer) || !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "rank 1") {
 		t.Fatalf("rank 0's read from the stopped rank: %v", err)
 	}
 	select {

@@ -27,14 +27,14 @@ func TestRegionExchange(t *testing.T) {
 		for r := range n {
 			seq, err := f.Write(r, g.Local(1024), g.Remote(r, 8*(1+me)), 8)
 			if err == nil {
-				err = f.Wait(r, seq)
+				err = f.Await(r, seq)
 			}
 			if err != nil {
 				return err
 			}
 			seq, err = f.PostAtomic(r, Atomic{Op: FetchAddOp, Local: g.Local(2048 + 8*r), Remote: g.Remote(r, 0), CompareAdd: uint64(me + 1)})
 			if err == nil {
-				err = f.Wait(r, seq)
+				err = f.Await(r, seq)
 			}
 			if err != nil {
 				return err

@@ -78,7 +78,7 @@ func (c *Region) FetchAdd(r, i int, v uint64, scratch int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := c.F.Wait(r, seq); err != nil {
+	if err := c.F.Await(r, seq); err != nil {
 		return 0, err
 	}
 	return c.Load(scratch), nil

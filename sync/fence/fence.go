@@ -84,7 +84,7 @@ func (x *Fence) disseminate() error {
 			return err
 		}
 		x.from = (me - d + n) % n
-		if err := f.WaitNotify(tag, 1, x.fromFn); err != nil {
+		if err := f.AwaitNotes(tag, 1, x.fromFn); err != nil {
 			return err
 		}
 	}
@@ -123,6 +123,6 @@ func (x *Fence) barrier(put bool) (bool, error) {
 			return false, err
 		}
 	}
-	withPut, err := f.WaitNotifyEither(tag, tag|putBit, f.Size()-1)
+	withPut, err := f.AwaitNotesEither(tag, tag|putBit, f.Size()-1)
 	return put || withPut > 0, err
 }

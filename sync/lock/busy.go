@@ -67,7 +67,7 @@ func (l *Locks) survey(sl *slot) string {
 		bound = min(bound, t/4)
 	}
 	deadline := time.Now().Add(bound)
-	w := l.f.NewLocalWait()
+	w := l.f.NewPoller()
 	defer w.Done()
 	var held []int
 	silent := -1

@@ -200,11 +200,11 @@ func (l *Locks) unlockExclusive(sl *slot, target int, wait bool) error {
 	if err != nil {
 		return err
 	}
-	err = l.f.Wait(target, seqT)
+	err = l.f.Await(target, seqT)
 	// With target the leader, the Global release is queued behind the
 	// failed one: waiting for it would wait out a second timeout.
 	if errG == nil && (err == nil || target != Leader) {
-		if errG = l.f.Wait(Leader, seqG); errG == nil {
+		if errG = l.f.Await(Leader, seqG); errG == nil {
 			errG = l.handOver(sl, classExcl, sl.result(1))
 		}
 	}
@@ -245,11 +245,11 @@ func (l *Locks) Close() error {
 	for t := range l.slots {
 		sl := &l.slots[t]
 		if sl.relT != 0 {
-			errs = append(errs, l.f.Wait(t, sl.relT))
+			errs = append(errs, l.f.Await(t, sl.relT))
 			sl.relT = 0
 		}
 		if sl.relG != 0 {
-			errs = append(errs, l.f.Wait(Leader, sl.relG))
+			errs = append(errs, l.f.Await(Leader, sl.relG))
 			sl.relG = 0
 		}
 	}

@@ -76,9 +76,9 @@ func (s *slot) atomic(r, w int, op transport.AtomicOp, a, b uint64) (uint64, err
 		return 0, err
 	}
 	if s.within > 0 {
-		err = s.l.f.WaitWithin(r, seq, s.within)
+		err = s.l.f.AwaitWithin(r, seq, s.within)
 	} else {
-		err = s.l.f.Wait(r, seq)
+		err = s.l.f.Await(r, seq)
 	}
 	if err != nil {
 		return 0, err
@@ -111,9 +111,9 @@ func (s *slot) add2(r1, w1 int, v1 uint64, r2, w2 int, v2 uint64) (uint64, uint6
 		return 0, 0, err
 	}
 	seq2, err2 := s.post(r2, w2, transport.FetchAddOp, v2, 0, 1)
-	err = s.l.f.Wait(r1, seq1)
+	err = s.l.f.Await(r1, seq1)
 	if err2 == nil {
-		err2 = s.l.f.Wait(r2, seq2)
+		err2 = s.l.f.Await(r2, seq2)
 	}
 	if err == nil {
 		err = err2

@@ -103,12 +103,12 @@ func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uin
 		}
 	}
 	seqT, errT := sl.post(t, control.Lock, transport.CompareSwapOp, 0, taken(l.me), 1)
-	if err := l.f.Wait(Leader, seqG); err != nil {
+	if err := l.f.Await(Leader, seqG); err != nil {
 		return err
 	}
 	oldG := sl.result(0)
 	if errT == nil {
-		errT = l.f.Wait(t, seqT)
+		errT = l.f.Await(t, seqT)
 	}
 	if errT != nil {
 		if t == Leader {

@@ -113,7 +113,7 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 	if !noCheck {
 		p.pending = append(p.pending[:0], group...)
 		p.seenPosts()
-		b := p.f.NewLocalWait()
+		b := p.f.NewPoller()
 		defer b.Done()
 		for len(p.pending) > 0 {
 			if err := p.groupFailed(p.pending, group); err != nil {
@@ -182,7 +182,7 @@ func (p *PSCW) Complete() error {
 		n = i + 1
 	}
 	for i, t := range p.access[:n] {
-		if e := p.f.Wait(t, p.seqs[i]); e != nil && err == nil {
+		if e := p.f.Await(t, p.seqs[i]); e != nil && err == nil {
 			err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
 		}
 	}
@@ -197,7 +197,7 @@ func (p *PSCW) Wait() error {
 	if p.err != nil {
 		return p.err
 	}
-	b := p.f.NewLocalWait()
+	b := p.f.NewPoller()
 	defer b.Done()
 	for !p.done() {
 		if err := p.exposureFailed(); err != nil {

@@ -66,7 +66,7 @@ func (r *Rank) Read(t, off, stage int, n uint32) error {
 	if err != nil {
 		return err
 	}
-	return r.F.Wait(t, seq)
+	return r.F.Await(t, seq)
 }
 
 // Write puts 8 bytes holding v (staged at stage) to rank t's data at off,

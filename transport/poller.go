@@ -10,7 +10,7 @@ import (
 // provider has received (soft provider) and records new completions and
 // notifications. It reports whether anything happened. The caller is then
 // the process's poller until it calls EndProgress. Callers polling their
-// own memory use it through LocalWait, which does both.
+// own memory use it through Poller, which does both.
 func (f *Fabric) Progress() bool {
 	ran := false
 	for _, p := range f.progs {
@@ -35,7 +35,7 @@ func (f *Fabric) EndProgress() {
 	}
 }
 
-// LocalWait paces a goroutine that polls words of its own memory for a
+// Poller paces a goroutine that polls words of its own memory for a
 // change a peer's one-sided write or atomic will make. It allocates
 // nothing, and follows one of two schedules:
 //
@@ -52,7 +52,7 @@ func (f *Fabric) EndProgress() {
 //     the Soft-RoCE VM, which made a lock ping-pong 4 times slower), and
 //     spinning would take CPU from the peers and, on Soft-RoCE, from the
 //     kernel's RDMA engine.
-type LocalWait struct {
+type Poller struct {
 	f        *Fabric
 	deadline time.Time // zero: none
 	spinEnd  time.Time // soft: polling without sleeping until then
@@ -61,7 +61,7 @@ type LocalWait struct {
 	graced   bool // Grace extended the deadline
 }
 
-// LocalSpin is how long LocalWait keeps polling without sleeping after the
+// LocalSpin is how long a Poller keeps polling without sleeping after the
 // last progress it saw, with a provider this process drives.
 const LocalSpin = 100 * time.Microsecond
 
@@ -71,9 +71,9 @@ const (
 	hwClockEvery  = 16                     // hardware: polls per look at the clock while yielding
 )
 
-// NewLocalWait starts a wait bounded by the fabric's timeout.
-func (f *Fabric) NewLocalWait() LocalWait {
-	w := LocalWait{f: f, pause: time.Microsecond}
+// NewPoller starts a wait bounded by the fabric's timeout.
+func (f *Fabric) NewPoller() Poller {
+	w := Poller{f: f, pause: time.Microsecond}
 	if f.progs == nil {
 		return w // hardware: Pause sets the deadline at its first look at the clock
 	}
@@ -89,7 +89,7 @@ func (f *Fabric) NewLocalWait() LocalWait {
 // fabric's NoticeGrace, and reports whether it did: a caller that is about
 // to blame the ranks it waited for first gives the failure notices of other
 // ranks (the cause the ranks it waits for may be stuck on) time to arrive.
-func (w *LocalWait) Grace() bool {
+func (w *Poller) Grace() bool {
 	if w.graced || w.deadline.IsZero() {
 		return false
 	}
@@ -101,7 +101,7 @@ func (w *LocalWait) Grace() bool {
 // Pause is called after a poll found nothing: it drives the fabric, and
 // yields or sleeps. It returns false, at once, when the deadline has
 // passed.
-func (w *LocalWait) Pause() bool {
+func (w *Poller) Pause() bool {
 	if w.f.progs == nil {
 		w.f.Progress() // completions and notifications only
 		// The clock only every hwClockEvery polls while yielding to
@@ -113,7 +113,7 @@ func (w *LocalWait) Pause() bool {
 		now := time.Now()
 		if w.f.timeout > 0 {
 			if w.deadline.IsZero() {
-				w.deadline = now.Add(w.f.timeout) // the first look (NewLocalWait)
+				w.deadline = now.Add(w.f.timeout) // the first look (NewPoller)
 			} else if now.After(w.deadline) {
 				return false
 			}
@@ -159,4 +159,4 @@ func (w *LocalWait) Pause() bool {
 
 // Done ends the wait: call it (defer it) when the polled condition holds or
 // the wait fails, so that the provider's own goroutines may poll again.
-func (w *LocalWait) Done() { w.f.EndProgress() }
+func (w *Poller) Done() { w.f.EndProgress() }
