@@ -66,7 +66,7 @@ func TestConfigValues(t *testing.T) {
 // variable, the value and the accepted values; every bad one is reported.
 func TestConfigBadValues(t *testing.T) {
 	cases := []struct{ name, value, accepted string }{
-		{"RMAGO_PROVIDER", "verbs", "auto, soft or ibv"},
+		{"RMAGO_PROVIDER", "verbs", "auto, soft, ibv or shm"},
 		{"RMAGO_TIMEOUT", "soon", "a Go duration >= 0"},
 		{"RMAGO_TIMEOUT", "-1s", "a Go duration >= 0"},
 		{"RMAGO_TIMEOUT", "10", "a Go duration >= 0"},
