@@ -17,3 +17,7 @@ func SetEpochHook[T Number](win *Window[T], fn func(call string, target int, fro
 func SetBulkAccumulate(w *World, on bool) {
 	w.bulkAcc = on && w.maxFetch > 0
 }
+
+// BulkAccumulate reports whether w sends accumulates of many elements as
+// bulk requests (every provider of the job executes them).
+func BulkAccumulate(w *World) bool { return w.bulkAcc }
