@@ -195,14 +195,8 @@ func (c *device) Close() error {
 type pd struct{ ctx *device }
 
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalid)
-	}
-	if access&^verbs.AccessAll != 0 {
-		return nil, fmt.Errorf("%w: access flags %#x", verbs.ErrInvalid, access)
-	}
-	if (access&verbs.AccessRemoteWrite != 0 || access&verbs.AccessRemoteAtomic != 0) && access&verbs.AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write or atomic access needs local write", verbs.ErrInvalid)
+	if err := verbs.CheckRegMR(buf, access); err != nil {
+		return nil, err
 	}
 	base := unsafe.Pointer(unsafe.SliceData(buf))
 	r := &region{pd: p, base: base, addr: uint64(uintptr(base)), length: uint64(len(buf)), access: access}
