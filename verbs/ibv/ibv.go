@@ -419,14 +419,8 @@ type pd struct {
 // RegMR registers buf. Its address is handed to the device: buf must not
 // move or be freed until Dereg (allocate it with mmap or pin it).
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalid)
-	}
-	if access&^verbs.AccessAll != 0 {
-		return nil, fmt.Errorf("%w: access flags %#x", verbs.ErrInvalid, uint32(access))
-	}
-	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write or atomic access needs local write", verbs.ErrInvalid)
+	if err := verbs.CheckRegMR(buf, access); err != nil {
+		return nil, err
 	}
 	if uint64(len(buf)) > p.c.attr.MaxMRSize {
 		return nil, fmt.Errorf("%w: region of %d bytes exceeds the device's %d", verbs.ErrInvalid, len(buf), p.c.attr.MaxMRSize)

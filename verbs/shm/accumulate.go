@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"fmt"
 	"io"
 	"unsafe"
 
@@ -33,31 +32,6 @@ type accState struct {
 	old     []byte // a fetching accumulate's old values (maxFetchAcc)
 }
 
-// checkAcc makes the checks of an OpAccumulate the poster can make: a
-// reduction the type has, an element-aligned remote address, whole
-// elements in every SGE, and the fetch limit.
-func checkAcc(wr *verbs.SendWR) error {
-	a := wr.Acc
-	if !a.Op.Valid(a.Type) {
-		return fmt.Errorf("%w: accumulate %d on element type %d", verbs.ErrInvalid, a.Op, a.Type)
-	}
-	es := uint64(a.Type.Size())
-	if wr.RemoteAddr%es != 0 {
-		return fmt.Errorf("%w: accumulate of %d-byte elements at remote address %#x", verbs.ErrInvalid, es, wr.RemoteAddr)
-	}
-	var total uint64
-	for _, s := range wr.SGL {
-		if uint64(s.Length)%es != 0 {
-			return fmt.Errorf("%w: accumulate SGE of %d bytes, not whole %d-byte elements", verbs.ErrInvalid, s.Length, es)
-		}
-		total += uint64(s.Length)
-	}
-	if a.Fetch && total > maxFetchAcc {
-		return fmt.Errorf("%w: fetching accumulate of %d bytes (max %d)", verbs.ErrInvalid, total, maxFetchAcc)
-	}
-	return nil
-}
-
 // accWords is the 8-byte aligned words [lo, hi) holding the n bytes of
 // elements at addr, or ok false if they wrap the address space.
 func accWords(addr, n uint64) (lo, hi uint64, ok bool) {
@@ -75,7 +49,7 @@ func accOf(arg0 uint64) (verbs.AccOp, verbs.ElemType) {
 	return verbs.AccOp(arg0), verbs.ElemType(arg0 >> 8)
 }
 
-// accumulate runs an accumulate of total bytes (checkAcc passed) on the
+// accumulate runs an accumulate of total bytes (verbs.CheckAccumulate passed) on the
 // peer's region, after the checks a NIC makes for an atomic: key, remote
 // atomic access, a live region holding the words of the elements; sendMu
 // held.

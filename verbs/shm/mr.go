@@ -1,8 +1,6 @@
 package shm
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/rmago/rmago/internal/memfd"
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/internal/keytab"
 )
 
 // The shared region table: one 32-byte entry per region index, in a memfd
@@ -23,7 +22,7 @@ import (
 //	word 3: accesses in flight (origins add 1 before they check the tag
 //	        and subtract it when done; Dereg clears live and waits for 0)
 const (
-	maxRegions = 1 << 16
+	maxRegions = keytab.Slots
 	entryBytes = 32
 	tableBytes = maxRegions * entryBytes
 
@@ -83,14 +82,8 @@ func (r *region) RKey() uint32         { return r.key }
 func (r *region) Access() verbs.Access { return r.access }
 
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalid)
-	}
-	if access&^verbs.AccessAll != 0 {
-		return nil, fmt.Errorf("%w: access flags %#x", verbs.ErrInvalid, access)
-	}
-	if (access&verbs.AccessRemoteWrite != 0 || access&verbs.AccessRemoteAtomic != 0) && access&verbs.AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write or atomic access needs local write", verbs.ErrInvalid)
+	if err := verbs.CheckRegMR(buf, access); err != nil {
+		return nil, err
 	}
 	base := unsafe.Pointer(unsafe.SliceData(buf))
 	r := &region{pd: p, base: base, addr: uint64(uintptr(base)), length: uint64(len(buf)), access: access, fd: -1}
@@ -111,60 +104,27 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	return r, nil
 }
 
-// addRegion gives r a key and publishes it in the shared table.
+// addRegion gives r a key and publishes it in the shared table. An index
+// is reused only once no origin still counts itself in on its entry.
 func (c *device) addRegion(r *region) error {
-	c.regMu.Lock()
-	defer c.regMu.Unlock()
-	var old []*region
-	if p := c.regions.Load(); p != nil {
-		old = *p
-	}
-	idx := -1
-	for i := 1; i < len(old); i++ { // index 0 is never used: key 0 is invalid
-		if old[i] == nil && c.table[i].users.Load() == 0 {
-			idx = i
-			break
+	_, err := c.regions.Add(r, func(idx uint32) bool { return c.table[idx].users.Load() == 0 }, func(key uint32) {
+		r.key = key
+		e := &c.table[keytab.Index(key)]
+		e.addr.Store(r.addr)
+		e.len.Store(r.length)
+		flags := uint64(flagLive)
+		if r.fd >= 0 {
+			flags |= flagMemfd
 		}
-	}
-	n := len(old)
-	if idx < 0 {
-		n = max(n, 1)
-		if n >= maxRegions {
-			return fmt.Errorf("%w: more than %d regions", verbs.ErrInvalid, maxRegions-1)
-		}
-		idx = n
-		n++
-	}
-	next := make([]*region, n)
-	copy(next, old)
-	var rnd [2]byte
-	rand.Read(rnd[:])
-	r.key = uint32(binary.LittleEndian.Uint16(rnd[:]))<<16 | uint32(idx)
-	next[idx] = r
-	e := &c.table[idx]
-	e.addr.Store(r.addr)
-	e.len.Store(r.length)
-	flags := uint64(flagLive)
-	if r.fd >= 0 {
-		flags |= flagMemfd
-	}
-	e.tag.Store(uint64(r.key)<<32 | uint64(r.access)<<8 | flags)
-	c.regions.Store(&next)
-	return nil
+		e.tag.Store(uint64(key)<<32 | uint64(r.access)<<8 | flags)
+	})
+	return err
 }
 
 // lookup finds this process's live region with key, or nil.
 func (c *device) lookup(key uint32) *region {
-	p := c.regions.Load()
-	if p == nil {
-		return nil
-	}
-	idx := int(key & (maxRegions - 1))
-	if idx >= len(*p) {
-		return nil
-	}
-	r := (*p)[idx]
-	if r == nil || r.key != key || r.dying.Load() {
+	r := c.regions.Lookup(key)
+	if r == nil || r.dying.Load() {
 		return nil
 	}
 	return r
@@ -189,13 +149,7 @@ func (r *region) Dereg() error {
 		time.Sleep(pause)
 		pause = min(2*pause, time.Millisecond)
 	}
-	c.regMu.Lock()
-	old := *c.regions.Load()
-	next := make([]*region, len(old))
-	copy(next, old)
-	next[r.key&(maxRegions-1)] = nil
-	c.regions.Store(&next)
-	c.regMu.Unlock()
+	c.regions.Remove(r.key)
 	if r.fd >= 0 {
 		// A responder may be sending it right now: SCM_RIGHTS takes its
 		// own reference, so closing ours later is enough.

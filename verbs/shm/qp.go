@@ -255,7 +255,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		}
 		need = verbs.AccessLocalWrite
 	case verbs.OpAccumulate:
-		if err := checkAcc(wr); err != nil {
+		if err := verbs.CheckAccumulate(wr, maxFetchAcc); err != nil {
 			return err
 		}
 		if wr.Acc.Fetch {

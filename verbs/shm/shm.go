@@ -53,6 +53,7 @@ import (
 
 	"github.com/rmago/rmago/internal/memfd"
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/internal/keytab"
 )
 
 // Name is the name the provider registers under.
@@ -152,8 +153,7 @@ type device struct {
 	// Regions: the shared table peers check, and this process's view.
 	tabMem  *memfd.Mem
 	table   *table
-	regMu   sync.Mutex
-	regions atomic.Pointer[[]*region] // by index, copy on write
+	regions keytab.Table[region]
 
 	mu       sync.Mutex
 	qps      map[uint32]*qp

@@ -1,7 +1,6 @@
 package soft
 
 import (
-	"fmt"
 	"io"
 	"sync"
 	"unsafe"
@@ -76,28 +75,21 @@ func (p *pending) readsData() bool {
 	return p.op == verbs.OpRead || p.op == verbs.OpAccumulate && p.fetch
 }
 
-// prepAccumulate checks an OpAccumulate work request and fills in its frame
-// and bookkeeping: the operand is sent like a write's payload, and a
+// prepAccumulate checks an OpAccumulate work request (verbs.CheckAccumulate,
+// then its local keys) and fills in its frame and bookkeeping: the operand is sent like a write's payload, and a
 // fetching one's SGL also receives the old values, like a read's. It
 // returns the request's length.
 func (q *qp) prepAccumulate(wr *verbs.SendWR, f *frame, p *pending, payload *[maxSGE][]byte) (uint64, error) {
+	if err := verbs.CheckAccumulate(wr, maxFetchAcc); err != nil {
+		return 0, err
+	}
 	a := wr.Acc
-	if !a.Op.Valid(a.Type) {
-		return 0, fmt.Errorf("%w: accumulate %d on element type %d", verbs.ErrInvalid, a.Op, a.Type)
-	}
-	es := uint64(a.Type.Size())
-	if wr.RemoteAddr%es != 0 {
-		return 0, fmt.Errorf("%w: accumulate of %d-byte elements at remote address %#x", verbs.ErrInvalid, es, wr.RemoteAddr)
-	}
 	need := verbs.Access(0)
 	if a.Fetch {
 		need = verbs.AccessLocalWrite
 	}
 	var total uint64
 	for i, s := range wr.SGL {
-		if uint64(s.Length)%es != 0 {
-			return 0, fmt.Errorf("%w: accumulate SGE of %d bytes, not whole %d-byte elements", verbs.ErrInvalid, s.Length, es)
-		}
 		r, b, err := q.resolve(s, need)
 		if err != nil {
 			return 0, err
@@ -111,9 +103,6 @@ func (q *qp) prepAccumulate(wr *verbs.SendWR, f *frame, p *pending, payload *[ma
 	f.arg0 = uint64(a.Op) | uint64(a.Type)<<8
 	f.kind = kReqAcc
 	if a.Fetch {
-		if total > maxFetchAcc {
-			return 0, fmt.Errorf("%w: fetching accumulate of %d bytes (max %d)", verbs.ErrInvalid, total, maxFetchAcc)
-		}
 		f.kind = kReqAccFetch
 		p.nseg, p.fetch = len(wr.SGL), true
 	} else if p.signaled {

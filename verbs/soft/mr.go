@@ -1,8 +1,6 @@
 package soft
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,8 +11,7 @@ import (
 )
 
 // region is a registered memory region. Its key serves as both lkey and
-// rkey: the low 16 bits index the context's region table, the high 16 bits
-// are random, so a stale or guessed key misses.
+// rkey; the context's keytab.Table gives it out.
 type region struct {
 	pd     *pd
 	base   unsafe.Pointer // first byte; keeps Go-heap memory alive
@@ -42,7 +39,7 @@ func (r *region) Dereg() error {
 	r.lockIdle()
 	r.dead = true
 	r.inUse.Unlock()
-	r.pd.ctx.regions.remove(r)
+	r.pd.ctx.regions.Remove(r.key)
 	return nil
 }
 
@@ -127,75 +124,4 @@ func (r *region) word(addr uint64) (*uint64, bool) {
 		return nil, false
 	}
 	return (*uint64)(unsafe.Add(r.base, addr-r.addr)), true
-}
-
-// regionTable maps keys to regions. Lookups on the data path are lock-free
-// (an atomic load of an immutable slice); registration copies on write.
-type regionTable struct {
-	mu    sync.Mutex
-	table atomic.Pointer[[]*region]
-}
-
-const maxRegions = 1 << 16
-
-func (t *regionTable) add(r *region) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var old []*region
-	if p := t.table.Load(); p != nil {
-		old = *p
-	}
-	idx := -1
-	for i := 1; i < len(old); i++ { // index 0 is never used: key 0 is invalid
-		if old[i] == nil {
-			idx = i
-			break
-		}
-	}
-	n := len(old)
-	if idx < 0 {
-		if n == 0 {
-			n = 1
-		}
-		if n >= maxRegions {
-			return fmt.Errorf("%w: more than %d regions", verbs.ErrInvalid, maxRegions-1)
-		}
-		idx = n
-		n++
-	}
-	next := make([]*region, n)
-	copy(next, old)
-	var rnd [2]byte
-	rand.Read(rnd[:])
-	r.key = uint32(binary.LittleEndian.Uint16(rnd[:]))<<16 | uint32(idx)
-	next[idx] = r
-	t.table.Store(&next)
-	return nil
-}
-
-func (t *regionTable) remove(r *region) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := *t.table.Load()
-	next := make([]*region, len(old))
-	copy(next, old)
-	next[r.key&0xffff] = nil
-	t.table.Store(&next)
-}
-
-// lookup finds the live region with this key, or nil.
-func (t *regionTable) lookup(key uint32) *region {
-	p := t.table.Load()
-	if p == nil {
-		return nil
-	}
-	idx := int(key & 0xffff)
-	if idx >= len(*p) {
-		return nil
-	}
-	r := (*p)[idx]
-	if r == nil || r.key != key {
-		return nil
-	}
-	return r
 }

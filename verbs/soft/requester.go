@@ -34,7 +34,7 @@ type recvEntry struct {
 
 // resolve maps a local SGE to bytes of a registered region of this PD.
 func (q *qp) resolve(s verbs.SGE, need verbs.Access) (*region, []byte, error) {
-	r := q.ctx.regions.lookup(s.LKey)
+	r := q.ctx.regions.Lookup(s.LKey)
 	if r == nil || r.pd != q.pd || r.access&need != need || r.dying.Load() {
 		return nil, nil, fmt.Errorf("%w: lkey %#x", verbs.ErrLocalAccess, s.LKey)
 	}

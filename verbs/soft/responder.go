@@ -17,7 +17,7 @@ import (
 // domain, access and bounds, as the NIC does. On success the region is
 // held (inUse.RLock) and the caller must release it.
 func (q *qp) target(f *frame, need verbs.Access) (*region, []byte, verbs.Status) {
-	r := q.ctx.regions.lookup(f.rkey)
+	r := q.ctx.regions.Lookup(f.rkey)
 	if r == nil || r.pd != q.pd || r.access&need != need || r.dying.Load() {
 		return nil, nil, verbs.StatusRemoteAccess
 	}

@@ -30,6 +30,7 @@ import (
 	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/internal/keytab"
 )
 
 // Name is the name the provider registers under.
@@ -129,7 +130,7 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 type device struct {
 	ln      net.Listener
 	secret  []byte
-	regions regionTable
+	regions keytab.Table[region]
 	nextQPN atomic.Uint32
 	// timeout bounds a write to a peer that takes no data, a frame the
 	// peer stopped sending halfway, and the wait of Dereg for requests the
@@ -195,18 +196,12 @@ func (c *device) Close() error {
 type pd struct{ ctx *device }
 
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
-	if len(buf) == 0 {
-		return nil, fmt.Errorf("%w: empty memory region", verbs.ErrInvalid)
-	}
-	if access&^verbs.AccessAll != 0 {
-		return nil, fmt.Errorf("%w: access flags %#x", verbs.ErrInvalid, access)
-	}
-	if (access&verbs.AccessRemoteWrite != 0 || access&verbs.AccessRemoteAtomic != 0) && access&verbs.AccessLocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write or atomic access needs local write", verbs.ErrInvalid)
+	if err := verbs.CheckRegMR(buf, access); err != nil {
+		return nil, err
 	}
 	base := unsafe.Pointer(unsafe.SliceData(buf))
 	r := &region{pd: p, base: base, addr: uint64(uintptr(base)), length: uint64(len(buf)), access: access}
-	if err := p.ctx.regions.add(r); err != nil {
+	if _, err := p.ctx.regions.Add(r, nil, func(key uint32) { r.key = key }); err != nil {
 		return nil, err
 	}
 	return r, nil
