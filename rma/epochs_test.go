@@ -115,12 +115,16 @@ func TestLockMisuse(t *testing.T) {
 // succeeds once the peer has unlocked.
 func TestFailedLockOpensNothing(t *testing.T) {
 	shortTimeout(t, time.Second)
-	timedOut := make(chan struct{})
 	rmatest.Run(t, 2, func(w *rma.World) error {
 		win, err := rma.Allocate[int64](w, 1)
 		if err != nil {
 			return err
 		}
+		flag, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		defer flag.Free()
 		if w.Rank() == 1 {
 			if err := win.Lock(0, rma.Exclusive, 0); err != nil {
 				return err
@@ -129,18 +133,18 @@ func TestFailedLockOpensNothing(t *testing.T) {
 		if err := w.Barrier(); err != nil {
 			return err
 		}
+		// Rank 0 raises rank 1's flag once its Lock has timed out.
 		if w.Rank() == 1 {
-			<-timedOut
-			if err := win.Unlock(0); err != nil {
+			if err := errors.Join(awaitRaised(flag), win.Unlock(0)); err != nil {
 				return err
 			}
 		} else {
 			err := win.Lock(0, rma.Shared, 0)
-			close(timedOut)
 			if err := errors.Join(
 				expectErr("Lock of a lock held elsewhere", err, transport.ErrTimeout),
 				expectErr("Unlock after the failed Lock", win.Unlock(0), rma.ErrNotLocked),
 				expectErr("Put after the failed Lock", win.Put([]int64{1}, 0, 0), rma.ErrNoEpoch),
+				raise(flag, 1),
 			); err != nil {
 				return err
 			}
@@ -220,12 +224,16 @@ func TestLockNoCheck(t *testing.T) {
 // again. Each changes nothing: the epochs that follow move data.
 func TestPSCWMisuse(t *testing.T) {
 	shortTimeout(t, time.Second)
-	timedOut := make(chan struct{})
 	rmatest.Run(t, 2, func(w *rma.World) error {
 		win, err := rma.Allocate[int64](w, 1)
 		if err != nil {
 			return err
 		}
+		flag, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		defer flag.Free()
 		other := 1 - w.Rank()
 		_, testErr := win.Test()
 		if err := errors.Join(
@@ -240,12 +248,12 @@ func TestPSCWMisuse(t *testing.T) {
 			return err
 		}
 		if w.Rank() == 0 {
-			// Rank 1 posts only after this Start timed out.
+			// Rank 1 posts only after this Start timed out, told by its flag.
 			err := win.Start([]int{1}, 0)
-			close(timedOut)
 			if err := errors.Join(
 				expectErr("Start without a Post", err, transport.ErrTimeout),
 				expectErr("Complete after the failed Start", win.Complete(), rma.ErrNotStarted),
+				raise(flag, 1),
 				win.Start([]int{1}, 0),
 				win.Put([]int64{7}, 1, 0),
 				win.Complete(),
@@ -253,8 +261,7 @@ func TestPSCWMisuse(t *testing.T) {
 				return err
 			}
 		} else {
-			<-timedOut
-			if err := errors.Join(win.Post([]int{0}, 0), win.Wait()); err != nil {
+			if err := errors.Join(awaitRaised(flag), win.Post([]int{0}, 0), win.Wait()); err != nil {
 				return err
 			}
 			if got := win.Local()[0]; got != 7 {
@@ -269,4 +276,22 @@ func TestPSCWMisuse(t *testing.T) {
 		}
 		return win.Free()
 	})
+}
+
+// raise sets rank to's flag (element 0 of flag) under a lock: a signal
+// between ranks that works when they are processes, as under rmarun.
+func raise(flag *rma.Window[int64], to int) error {
+	return errors.Join(flag.Lock(to, rma.Exclusive, 0), flag.Put([]int64{1}, to, 0), flag.Unlock(to))
+}
+
+// awaitRaised waits until another rank raised this rank's flag, retrying
+// the bounded waits (the tests that signal set a short timeout).
+func awaitRaised(flag *rma.Window[int64]) error {
+	var err error
+	for try := 0; try < 60; try++ {
+		if err = flag.AwaitLocal(0, func(v int64) bool { return v == 1 }); !errors.Is(err, rma.ErrTimeout) {
+			return err
+		}
+	}
+	return err
 }
