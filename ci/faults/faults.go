@@ -28,8 +28,9 @@ const (
 	// continues it (it is killed when the trial ends).
 	Stop Fault = "stop"
 	// StopCont: the driver stops the faulty rank with SIGSTOP for longer
-	// than the wait timeout, then continues it with SIGCONT; the resumed
-	// rank must end too (with an error) instead of hanging.
+	// than any wait of its peers (the timeout and the grace a wait gives
+	// failure notices), then continues it with SIGCONT; the resumed rank
+	// must end too (with an error) instead of hanging.
 	StopCont Fault = "stopcont"
 	// Pause: the driver stops the faulty rank for a third of the wait
 	// timeout, then continues it: no error is allowed, the job must finish

@@ -121,7 +121,7 @@ func summary(s *settings, ts []*tally, wall time.Duration) string {
 		"written (every epoch's data, the last complete epoch of every origin after the fault, and the guard words).\n\n",
 		s.bound(), s.slack, s.bound(), s.exitBound())
 	b.WriteString("Faults (ci/faults/faults.go): **kill9** SIGKILL of one rank; **stop** SIGSTOP, never continued; " +
-		"**stopcont** SIGSTOP, SIGCONT after RMAGO_TIMEOUT + 1s (the resumed rank must end too); **close** the rank calls " +
+		"**stopcont** SIGSTOP, SIGCONT after the survivors' bound, RMAGO_TIMEOUT + " + s.slack.String() + " (the resumed rank must end too); **close** the rank calls " +
 		"World.Close in the middle of the job; **stopread** the rank stops reading its sockets (taken out of the Go " +
 		"netpoller) and stops calling the library while alive, and its peers put " + bytesStr(int64(s.burst)*int64(s.stopReadWords)*8) + " per epoch to it, so that " +
 		"their writes fill the socket buffers; **pause** SIGSTOP for RMAGO_TIMEOUT/3, then SIGCONT (no error allowed); " +

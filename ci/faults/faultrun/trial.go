@@ -346,7 +346,12 @@ func (t *trial) finish() {
 	t.setupAt = time.Now()
 	var contDue time.Time // when to continue the stopped rank
 	if t.setup == "" && f == faults.StopCont {
-		contDue = t.faultAt.Add(t.s.timeout + time.Second) // longer than any wait: the peers give up
+		// Only after the survivors' bound: a wait that reaches the
+		// timeout keeps waiting a grace (up to a second) for failure
+		// notices, and may have begun after the stop, so a rank continued
+		// at the timeout plus a second could still be in time for its
+		// peers, who then rightly go on with the job (as after pause).
+		contDue = t.faultAt.Add(t.s.bound())
 	}
 	if t.setup == "" && f == faults.Pause {
 		contDue = t.faultAt.Add(t.s.timeout / 3) // shorter: nobody may notice
