@@ -14,7 +14,7 @@ import (
 
 func TestWriteSection(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "reliability.md")
-	if err := writeSection(path, "## Fault injection\n\none\n"); err != nil {
+	if err := writeSection(path, "soft", "## Fault injection\n\none\n"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)
@@ -25,7 +25,7 @@ func TestWriteSection(t *testing.T) {
 	// Another section around ours survives a rewrite.
 	other := "# Reliability\n\n## Lock scaling\n\ntable\n\n" + beginMarker + "\nold\n" + endMarker + "\n\n## After\n"
 	os.WriteFile(path, []byte(other), 0o644)
-	if err := writeSection(path, "new\n"); err != nil {
+	if err := writeSection(path, "soft", "new\n"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = os.ReadFile(path)
@@ -35,11 +35,22 @@ func TestWriteSection(t *testing.T) {
 	}
 	// A file without the markers gets the section appended.
 	os.WriteFile(path, []byte("# Reliability\n\n## Lock scaling\n"), 0o644)
-	writeSection(path, "x\n")
+	writeSection(path, "soft", "x\n")
 	got, _ = os.ReadFile(path)
 	want = "# Reliability\n\n## Lock scaling\n\n" + beginMarker + "\nx\n" + endMarker + "\n"
 	if string(got) != want {
 		t.Fatalf("append:\n%s", got)
+	}
+	// Another provider's section goes after it, and each rewrite keeps the
+	// other provider's section.
+	b, e := markers("shm")
+	writeSection(path, "shm", "y\n")
+	writeSection(path, "soft", "x2\n")
+	writeSection(path, "shm", "y2\n")
+	got, _ = os.ReadFile(path)
+	want = "# Reliability\n\n## Lock scaling\n\n" + beginMarker + "\nx2\n" + endMarker + "\n\n" + b + "\ny2\n" + e + "\n"
+	if string(got) != want {
+		t.Fatalf("two providers:\n%s", got)
 	}
 }
 

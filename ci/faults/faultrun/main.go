@@ -64,6 +64,7 @@ type settings struct {
 	stopReadWords int // words per slot with StopRead (large puts)
 	burst         int // StopRead: puts per epoch to the faulty rank
 	seed          uint64
+	provider      string // RMAGO_PROVIDER of the ranks: soft or shm
 	out           string
 	logDir        string
 	verbose       bool
@@ -104,6 +105,7 @@ func run() int {
 	s := &settings{}
 	var sizes, faultList, modeList string
 	flag.StringVar(&s.rankBin, "rank", "bin/faultrank", "the faultrank binary")
+	flag.StringVar(&s.provider, "provider", cmpOr(os.Getenv("FAULT_PROVIDER"), "soft"), "provider between the ranks: soft (TCP) or shm (shared memory; stopread, a fault of sockets, is left out of all) (env FAULT_PROVIDER)")
 	flag.IntVar(&s.trials, "trials", envInt("FAULT_TRIALS", 5), "trials per scenario (env FAULT_TRIALS)")
 	flag.DurationVar(&s.timeout, "timeout", 3*time.Second, "RMAGO_TIMEOUT of the ranks")
 	flag.DurationVar(&s.slack, "slack", 2*time.Second, "the bound on a survivor's error is -timeout plus this")
@@ -126,7 +128,18 @@ func run() int {
 	if s.sizes, err = parseSizes(sizes); err != nil {
 		return usage("-sizes: %v", err)
 	}
-	fs, err := parseList(faultList, faults.AllFaults)
+	switch s.provider {
+	case "soft", "shm":
+	default:
+		return usage("-provider must be soft or shm, not %q", s.provider)
+	}
+	all := faults.AllFaults
+	if s.provider == "shm" {
+		// Its data moves through shared memory, not sockets: a rank that
+		// stops reading its sockets stalls nobody.
+		all = slices.DeleteFunc(slices.Clone(all), func(f faults.Fault) bool { return f == faults.StopRead })
+	}
+	fs, err := parseList(faultList, all)
 	if err != nil {
 		return usage("-faults: %v", err)
 	}
@@ -156,8 +169,8 @@ func run() int {
 	}
 
 	plan := makePlan(s, fs, ms)
-	fmt.Printf("faultrun: %d trials (%d per scenario), RMAGO_TIMEOUT=%v, bound %v, hang after %v, sizes %v, %d at once, seed %d, %d CPUs\n",
-		len(plan), s.trials, s.timeout, s.bound(), s.exitBound(), s.sizes, s.parallel, s.seed, runtime.NumCPU())
+	fmt.Printf("faultrun: %s provider, %d trials (%d per scenario), RMAGO_TIMEOUT=%v, bound %v, hang after %v, sizes %v, %d at once, seed %d, %d CPUs\n",
+		s.provider, len(plan), s.trials, s.timeout, s.bound(), s.exitBound(), s.sizes, s.parallel, s.seed, runtime.NumCPU())
 	start := time.Now()
 	tallies := runPlan(s, plan)
 	wall := time.Since(start)
@@ -165,7 +178,7 @@ func run() int {
 	table := summary(s, tallies, wall)
 	fmt.Print("\n", table)
 	if s.out != "" {
-		if err := writeSection(s.out, table); err != nil {
+		if err := writeSection(s.out, s.provider, table); err != nil {
 			fmt.Fprintln(os.Stderr, "faultrun:", err)
 			return 1
 		}

@@ -180,7 +180,7 @@ func (t *trial) launch() ([]net.Conn, error) {
 	rendezvous := net.JoinHostPort(launch.DefaultAddr, strconv.Itoa(port))
 	common := slices.Concat([]string{
 		launch.EnvJobID + "=" + id,
-		launch.EnvProvider + "=soft",
+		launch.EnvProvider + "=" + t.s.provider,
 		"RMAGO_TIMEOUT=" + t.s.timeout.String(),
 		trialEnv + "=" + t.marker,
 	}, launch.CoreShare(sp.n), launch.SpinShare(sp.n))
