@@ -61,8 +61,11 @@ test-cluster:
 # survivor whose error is wrong, late or unnamed (by default those are
 # counted in the report, and hangs, orphans, corruption and data races
 # fail the run); FAULTFLAGS adds faultrun flags
-# (e.g. -faults kill9,stop -modes fence -v). 4-8 minutes on 2 cores. The
-# details of every trial (goroutine dumps of hung ranks) go to $(BIN)/fault-logs.
+# (e.g. -faults kill9,stop -modes fence -v). The suite runs twice, between
+# ranks on the soft provider (TCP) and on shm (shared memory; stopread, a
+# fault of sockets, only on soft), each writing its section of
+# docs/reliability.md; 4-8 minutes on 2 cores. The details of every trial
+# (goroutine dumps of hung ranks) go to $(BIN)/fault-logs/PROVIDER.
 FAULT_TRIALS   ?= 5
 FAULT_PARALLEL ?= 3
 FAULT_RACE     ?=
@@ -72,7 +75,8 @@ test-faults:
 	$(GO) build $(if $(FAULT_RACE),-race) -o $(BIN)/faultrank ./ci/faults/faultrank
 	$(GO) build -o $(BIN)/faultrun ./ci/faults/faultrun
 	rm -rf $(BIN)/fault-logs
-	$(BIN)/faultrun -rank $(BIN)/faultrank -trials $(FAULT_TRIALS) -parallel $(FAULT_PARALLEL) -out docs/reliability.md -log $(BIN)/fault-logs $(FAULTFLAGS)
+	$(BIN)/faultrun -provider soft -rank $(BIN)/faultrank -trials $(FAULT_TRIALS) -parallel $(FAULT_PARALLEL) -out docs/reliability.md -log $(BIN)/fault-logs/soft $(FAULTFLAGS)
+	$(BIN)/faultrun -provider shm -rank $(BIN)/faultrank -trials $(FAULT_TRIALS) -parallel $(FAULT_PARALLEL) -out docs/reliability.md -log $(BIN)/fault-logs/shm $(FAULTFLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -10,12 +10,13 @@
 // Usage:
 //
 //	faultrank -mode fence|pscw|lock|lockall [-epochs N] [-words K]
-//	          [-fault F -faulty R -at E] [-burst B] [-hold] [-maxtime D]
+//	          [-fault F -faulty R -at E] [-selfstop] [-burst B] [-hold] [-maxtime D]
 //
 // The faulty rank, on reaching epoch E, prints the fault line; then for
 // -fault close it calls World.Close at once, for -fault stopread it stops
 // reading its connections and calls nothing more, and for the other faults
-// it goes on (faultrun signals it). With -hold, a rank that got an error
+// it goes on (faultrun signals it; with -selfstop a stop or stopcont rank
+// stops itself there). With -hold, a rank that got an error
 // waits until its standard input is closed before it calls Close: faultrun
 // closes it once every survivor has reported, so that no survivor's
 // leaving the job is what another survivor sees first. With -burst B the other ranks put their
@@ -29,6 +30,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/rmago/rmago/ci/faults"
@@ -49,6 +52,7 @@ type config struct {
 	burst   int
 	maxTime time.Duration
 	hold    bool
+	self    bool // stop and stopcont: the rank stops itself at the fault point
 }
 
 func run() int {
@@ -62,6 +66,7 @@ func run() int {
 	flag.IntVar(&c.at, "at", faults.FirstEpoch+2, "epoch at which the faulty rank reaches its fault point")
 	flag.IntVar(&c.burst, "burst", 0, "from epoch -at on, put the slot this many times to the faulty rank")
 	flag.DurationVar(&c.maxTime, "maxtime", time.Minute, "end the epoch loop after this long (a rank that sees no error by then reports so)")
+	flag.BoolVar(&c.self, "selfstop", false, "with -fault stop or stopcont, the faulty rank stops itself (SIGSTOP) right after its fault line, at the start of epoch -at, instead of being stopped by faultrun a moment later")
 	flag.BoolVar(&c.hold, "hold", false, "after an error, wait until standard input is closed before calling Close (so that this rank's leaving is not what its peers see)")
 	flag.Parse()
 	c.mode, c.fault = faults.Mode(mode), faults.Fault(fault)
@@ -124,6 +129,9 @@ func run() int {
 				return 0
 			default:
 				rep.emit(faults.Event{Kind: faults.EvFault, Epoch: e})
+				if c.self && (c.fault == faults.Stop || c.fault == faults.StopCont) {
+					stopSelf()
+				}
 			}
 		}
 		if time.Since(start) > c.maxTime {
@@ -192,4 +200,16 @@ func usage(format string, args ...any) int {
 	fmt.Fprintf(os.Stderr, "faultrank: "+format+"\n", args...)
 	flag.Usage()
 	return 2
+}
+
+// stopSelf stops this process at once. A SIGSTOP sent to the process
+// (kill(2)) is taken by whichever thread the kernel picks, often another
+// one, and the calling thread runs on until that thread starts the group
+// stop: on shm a rank ran its last 8 epochs and the final barrier in that
+// window. Sent to the calling thread itself (tgkill(2), the goroutine
+// locked to it), the signal is taken as the system call returns.
+func stopSelf() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	syscall.Tgkill(syscall.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }

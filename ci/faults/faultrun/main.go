@@ -73,6 +73,15 @@ type settings struct {
 // bound is how long after the fault a survivor may take to get its error.
 func (s *settings) bound() time.Duration { return s.timeout + s.slack }
 
+// targetless reports whether, with fault f in mode m, the survivors'
+// epochs need nothing of the faulty rank's process: on shm, puts, gets and
+// atomics reach a stopped rank's memory without it (as a NIC would), so in
+// the passive-target modes a stopped rank that holds no lock goes
+// unnoticed until the survivors wait for it in a barrier.
+func (s *settings) targetless(f faults.Fault, m faults.Mode) bool {
+	return s.provider == "shm" && (f == faults.Stop || f == faults.StopCont) && (m == faults.Lock || m == faults.LockAll)
+}
+
 // exitBound is how long after the fault a rank that must end may run: the
 // bound, one more timeout for Close (its barrier may wait for the faulty
 // rank once more), and a margin.

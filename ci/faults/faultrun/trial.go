@@ -143,6 +143,11 @@ func (t *trial) args() []string {
 	a := []string{t.s.rankBin, "-hold", "-mode", string(sp.mode), "-words", strconv.Itoa(words),
 		"-maxtime", (t.s.startLimit(sp.n) + t.s.exitBound() + 10*time.Second).String()}
 	switch {
+	case f.KillsARank() && t.s.targetless(f, sp.mode):
+		// The survivors' epochs go on past the stopped rank (its memory
+		// stays reachable), so they run a few more and meet it, and the
+		// error, in the final barrier.
+		a = append(a, "-epochs", strconv.Itoa(sp.at+8))
 	case f.KillsARank():
 		// Run until the fault ends it.
 		a = append(a, "-epochs", strconv.Itoa(sp.at+faults.MaxEpochs/2))
@@ -153,6 +158,9 @@ func (t *trial) args() []string {
 	}
 	if sp.faulty >= 0 {
 		a = append(a, "-fault", string(f), "-faulty", strconv.Itoa(sp.faulty), "-at", strconv.Itoa(sp.at))
+		if t.s.targetless(f, sp.mode) {
+			a = append(a, "-selfstop") // a moment later it could have run every epoch
+		}
 	}
 	if f == faults.StopRead {
 		a = append(a, "-burst", strconv.Itoa(t.s.burst))
@@ -251,7 +259,7 @@ func (t *trial) inject() {
 		t.setup = "no fault point: " + t.early()
 		return
 	}
-	if f.SelfInflicted() {
+	if f.SelfInflicted() || t.s.targetless(f, sp.mode) {
 		t.faultAt = point.At()
 		return
 	}
