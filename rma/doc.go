@@ -19,14 +19,14 @@
 // arguments. A Put or Get to another rank becomes RDMA work requests on
 // the job's provider (soft: software RDMA over TCP; shm: shared memory
 // between the ranks of one node; ibv: RDMA hardware); the target's
-// program takes no part. When the origin slice lies in registered memory (a window), one
-// request per 256 MiB carries it with no copy; any other origin slice
-// goes through a 4 MiB registered bounce buffer in pieces of up to 2 MiB
-// (a copy in for Put, a copy out when a Get completes). An access to the
-// rank's own window is a plain copy, complete at once. Accumulates and
-// atomics always go through the provider, the one agent that updates
-// window memory atomically. The API in full: docs/api.md; how a call
-// reaches the target: docs/architecture.md.
+// program takes no part. When the origin slice lies in registered memory
+// (a window), one request per 256 MiB carries it with no copy; any other
+// origin slice goes through a 4 MiB registered bounce buffer in pieces of
+// up to 2 MiB (a copy in for Put, a copy out when a Get completes). An
+// access to the rank's own window is a plain copy, complete at once.
+// Accumulates and atomics always go through the provider, the one agent
+// that updates window memory atomically. The API in full: docs/api.md; how
+// a call reaches the target: docs/architecture.md.
 //
 // # Windows
 //

@@ -156,7 +156,7 @@ type localRegion struct {
 // Options configure InitWith. The zero value of a field reads the
 // environment (docs/launch.md).
 type Options struct {
-	Provider string        // soft, ibv or auto; "" reads RMAGO_PROVIDER
+	Provider string        // soft, shm, ibv or auto; "" reads RMAGO_PROVIDER
 	Device   string        // the provider's device; "" reads RMAGO_DEVICE
 	Timeout  time.Duration // bound of every blocking wait; 0 reads RMAGO_TIMEOUT, negative means none
 	Connect  string        // lazy or eager connection of peers; "" reads RMAGO_CONNECT
@@ -171,10 +171,10 @@ func (o Options) transport() transport.Options {
 
 // Device describes the fabric device a World uses.
 type Device struct {
-	Name      string // device name: soft0 on the soft provider, else mlx5_0, rxe0, ...
-	Provider  string // soft or ibv
+	Name      string // device name: soft0 (soft), shm0 (shm), else mlx5_0, rxe0, ...
+	Provider  string // soft, shm or ibv
 	NetDev    string // network interface the device sits on, when known
-	LinkLayer string // InfiniBand, Ethernet (RoCE) or TCP
+	LinkLayer string // InfiniBand, Ethernet (RoCE), TCP (soft) or shm
 	MTU       int    // active path MTU in bytes
 	MaxRegion uint64 // largest memory the device registers (a window's bytes)
 }
@@ -245,7 +245,9 @@ func (w *World) NodeSize() int { return w.topo.NodeSize() }
 // namespace, launcher's node name, or RMAGO_NODE) equals this rank's.
 func (w *World) LocalPeers() []int { return w.topo.LocalPeers() }
 
-// Provider describes the device in use ("soft0" on the soft provider).
+// Provider describes the device in use: the network provider's in a
+// mixed job (ProviderOf says which provider carries each peer), shm0 when
+// every rank is on one node and the default provider runs, soft0 on soft.
 func (w *World) Provider() Device {
 	d := w.f.Device()
 	return Device{Name: d.Name, Provider: d.Provider, NetDev: d.NetDev, LinkLayer: d.LinkLayer, MTU: d.MTU,
