@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/rmago/rmago/apps/internal/wait"
+	"github.com/rmago/rmago/apps/internal/poll"
 	"github.com/rmago/rmago/rma"
 )
 
@@ -90,7 +90,7 @@ func (e *lockFlag) exchange(k int) error {
 	}
 	// Phase k's rows have arrived once each counter reaches k+1.
 	want := int64(k + 1)
-	err := wait.Until(func() bool {
+	err := poll.Until(func() bool {
 		return (s.up < 0 || e.flags.LoadLocal(fromUp) >= want) &&
 			(s.down < 0 || e.flags.LoadLocal(fromDown) >= want)
 	}, e.tmo)

@@ -1,4 +1,4 @@
-// Package wait polls a condition on a rank's own memory: the SOR lock
+// Package poll polls a condition on a rank's own memory: the SOR lock
 // variant (apps/sor/lock.go) waits until two counters in its window, which
 // its neighbours increment with remote atomics, reach a phase's count. For
 // a condition on one element, rma's Window.AwaitLocal is the call to use:
@@ -20,7 +20,7 @@
 // socket (or when the timer fires: a 1 µs sleep with nothing arriving
 // takes about a third of a millisecond here), so a short sleep is in
 // effect a wait for the fabric.
-package wait
+package poll
 
 import (
 	"errors"
@@ -29,7 +29,7 @@ import (
 )
 
 // ErrTimeout is returned by Until when the condition did not hold in time.
-var ErrTimeout = errors.New("wait: timed out")
+var ErrTimeout = errors.New("poll: timed out")
 
 // spins is how many polls Until makes, yielding, before it sleeps.
 const spins = 16
