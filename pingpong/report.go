@@ -181,7 +181,7 @@ func printRow(w io.Writer, r *Result, last *string) {
 	var head string
 	switch {
 	case r.Metric == MetricRTT:
-		head = fmt.Sprintf("\n# %s %s, %d ranks, window %s: round-trip time of iters round trips, %d reps (fastest and slowest dropped for the mean)\n%10s %10s %12s %12s %12s %12s %7s\n",
+		head = fmt.Sprintf("\n# %s %s, %d ranks, window %s: round-trip time, each rep the mean of iters round trips; %d reps (fastest and slowest dropped for the mean)\n%10s %10s %12s %12s %12s %12s %7s\n",
 			r.Bench, r.Sync, r.Ranks, r.Window, r.Reps, "elements", "bytes", "mean_us", "min_us", "median_us", "max_us", "iters")
 	case r.Reps <= 1:
 		name := "latency_us"
