@@ -26,8 +26,8 @@ type Result struct {
 	System   string `json:"system"` // app and variant, e.g. "sor/big": one line of a plot
 	App      string `json:"app"`
 	Variant  string `json:"variant"`
-	Provider string `json:"provider"` // the verbs provider: soft or ibv
-	Device   string `json:"device"`   // its device: soft0, mlx5_0, rxe0, ...
+	Provider string `json:"provider"` // the verbs provider: soft, shm or ibv
+	Device   string `json:"device"`   // its device: soft0, shm0, mlx5_0, rxe0, ...
 	Ranks    int    `json:"ranks"`
 	// N is the problem's size and Size says what it counts, in words:
 	// "1024×1024 grid", "8000 slots".
