@@ -63,6 +63,23 @@ func init() { verbs.Register(Name, provider{}) }
 
 type provider struct{}
 
+// The provider implements the verbs contract and the optional interfaces
+// of a node-local provider.
+var (
+	_ verbs.Provider      = provider{}
+	_ verbs.Context       = (*device)(nil)
+	_ verbs.MemorySyncer  = (*device)(nil)
+	_ verbs.ConnManager   = (*device)(nil)
+	_ verbs.PD            = (*pd)(nil)
+	_ verbs.MR            = (*region)(nil)
+	_ verbs.CQ            = (*cq)(nil)
+	_ verbs.QP            = (*qp)(nil)
+	_ verbs.ErrorReporter = (*qp)(nil)
+	_ verbs.ErrorSetter   = (*qp)(nil)
+	_ verbs.Mapper        = (*qp)(nil)
+	_ verbs.ConnRequest   = (*connRequest)(nil)
+)
+
 // DefaultSpin is how long CQ.Wait polls before it sleeps on its futex,
 // unless verbs.Config.ShmSpin (RMAGO_SHM_SPIN through transport) says
 // otherwise.
