@@ -3,10 +3,10 @@
 // (verbs.ElemType), each element updated atomically with CPU atomics on the
 // 8-byte aligned word that holds it, so that an accumulate is atomic per
 // element with respect to the fetch-and-adds and compare-and-swaps a
-// software responder runs on the same words (sync/atomic on 8-byte words)
-// and to the other accumulates it runs. Providers whose responder is
-// software (soft, and the shared-memory provider) execute accumulates with
-// it.
+// software responder runs on the same words (FetchAdd and CompareSwap,
+// sync/atomic on 8-byte words) and to the other accumulates it runs.
+// Providers whose responder is software (soft, and the shared-memory
+// provider) execute accumulates and atomics with it.
 //
 // Words are read and written as little-endian machine words: the package,
 // like the rest of rmago, assumes a little-endian machine.

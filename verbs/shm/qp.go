@@ -14,6 +14,7 @@ import (
 
 	"github.com/rmago/rmago/internal/memfd"
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/accop"
 )
 
 // Queue pair states.
@@ -387,15 +388,9 @@ func (q *qp) access(kind uint8, key uint32, addr, n uint64, segs [][]byte, arg0,
 				src = src[copy(d, src):]
 			}
 		case mFAA:
-			old = (*atomic.Uint64)(p).Add(arg0) - arg0
+			old = accop.FetchAdd((*uint64)(p), arg0)
 		case mCAS:
-			w := (*atomic.Uint64)(p)
-			for {
-				old = w.Load()
-				if old != arg0 || w.CompareAndSwap(old, arg1) {
-					break
-				}
-			}
+			old = accop.CompareSwap((*uint64)(p), arg0, arg1)
 		}
 		e.done()
 		return verbs.StatusSuccess, old

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/accop"
 )
 
 // request sends a request to the peer's responder and waits for its
@@ -232,17 +232,11 @@ func (q *qp) respond(conn *net.UnixConn, h *msg, out *[hdrLen]byte) error {
 			resp.status = uint8(verbs.StatusRemoteAccess)
 			break
 		}
-		w := (*atomic.Uint64)(unsafe.Add(r.base, h.addr-r.addr))
+		w := (*uint64)(unsafe.Add(r.base, h.addr-r.addr))
 		if h.kind == mFAA {
-			resp.arg0 = w.Add(h.arg0) - h.arg0
+			resp.arg0 = accop.FetchAdd(w, h.arg0)
 		} else {
-			for {
-				old := w.Load()
-				resp.arg0 = old
-				if old != h.arg0 || w.CompareAndSwap(old, h.arg1) {
-					break
-				}
-			}
+			resp.arg0 = accop.CompareSwap(w, h.arg0, h.arg1)
 		}
 	case mWrite:
 		var ok bool

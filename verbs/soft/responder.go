@@ -2,9 +2,9 @@ package soft
 
 import (
 	"io"
-	"sync/atomic"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/accop"
 )
 
 // The responder: what the NIC does for the peer's requests. It checks the
@@ -59,14 +59,9 @@ func (q *qp) executeAtomic(f *frame) (uint64, verbs.Status) {
 	w, _ := r.word(f.addr)
 	var old uint64
 	if f.kind == kReqFAA {
-		old = atomic.AddUint64(w, f.arg0) - f.arg0
+		old = accop.FetchAdd(w, f.arg0)
 	} else {
-		for {
-			old = atomic.LoadUint64(w)
-			if old != f.arg0 || atomic.CompareAndSwapUint64(w, old, f.arg1) {
-				break
-			}
-		}
+		old = accop.CompareSwap(w, f.arg0, f.arg1)
 	}
 	r.inUse.RUnlock()
 	return old, verbs.StatusSuccess
