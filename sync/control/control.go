@@ -23,15 +23,12 @@ const (
 	// and exclusive locks apart without touching every rank, counting the
 	// holders and waiters of each (sync/lock describes its fields).
 	Global = 1
-	// Scratch is the first of ScratchWords words where the results of this
-	// rank's own remote atomics land (FetchAdd's old values; tests use it).
-	// sync/lock has its own result words (LockResult), sync/pscw its own
-	// region.
-	Scratch      = 8
-	ScratchWords = 8
+	// Words 2 to 15 are unused. PSCW and fence keep no words here: they
+	// synchronize with notes.
+
 	// LockBase is the first of the lock protocol's result words
 	// (LockResult).
-	LockBase = Scratch + ScratchWords
+	LockBase = 16
 )
 
 // LockSlotWords is the number of result words per lock target (and for
@@ -70,19 +67,6 @@ func (c *Region) LocalAt(i int) transport.Local { return c.reg.Local(8 * i) }
 
 // RemoteAt is rank r's word i as an RDMA target.
 func (c *Region) RemoteAt(r, i int) transport.Remote { return c.reg.Remote(r, 8*i) }
-
-// FetchAdd adds v to rank r's word i and returns the old value. It waits for
-// the result. scratch selects the landing word (Scratch+k).
-func (c *Region) FetchAdd(r, i int, v uint64, scratch int) (uint64, error) {
-	seq, err := c.F.PostAtomic(r, transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(scratch), Remote: c.RemoteAt(r, i), CompareAdd: v})
-	if err != nil {
-		return 0, err
-	}
-	if err := c.F.Await(r, seq); err != nil {
-		return 0, err
-	}
-	return c.Load(scratch), nil
-}
 
 // New allocates, registers and exchanges a control region: collective over
 // the fabric (every rank calls it in the same order). Close releases it.

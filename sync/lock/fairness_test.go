@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rmago/rmago/sync/control"
+	"github.com/rmago/rmago/sync/control/controltest"
+	"github.com/rmago/rmago/transport"
 )
 
 // The fairness tests run lockers in tight loops (no pauses) that, with the
@@ -21,10 +23,22 @@ import (
 // maxLoops bounds every streaming loop (tests never loop unboundedly).
 const maxLoops = 200000
 
-// peek reads rank t's control word w with a fetch-add of zero (the result
-// lands in this rank's control.Scratch word, which the lock protocol does
-// not use).
-func peek(r *rank, t, w int) (uint64, error) { return r.C.FetchAdd(t, w, 0, control.Scratch) }
+// peekOff is where peek's result lands: the last word of this rank's
+// staging area, which the tests do not otherwise use.
+const peekOff = controltest.DataBytes - 8
+
+// peek reads rank t's control word w with a fetch-add of zero and waits
+// for the old value.
+func peek(r *rank, t, w int) (uint64, error) {
+	seq, err := r.F.PostAtomic(t, transport.Atomic{Op: transport.FetchAddOp, Local: r.Local(peekOff), Remote: r.C.RemoteAt(t, w)})
+	if err != nil {
+		return 0, err
+	}
+	if err := r.F.Await(t, seq); err != nil {
+		return 0, err
+	}
+	return r.Load(peekOff), nil
+}
 
 // TestWriterNotStarvedByReaders: ranks other than the writer take shared locks
 // on rank 0 back to back while rank 1 takes k exclusive locks on it. Once
