@@ -18,7 +18,7 @@ import (
 // requests report completion.
 func (f *Fabric) Await(r int, seq uint64) error { return f.awaitRequest(r, seq, 0) }
 
-// AwaitWithin is Wait bounded by d instead of the fabric's timeout, for a
+// AwaitWithin is Await bounded by d instead of the fabric's timeout, for a
 // protocol undoing an attempt that already waited out a timeout: a rank
 // that does not answer within d is given up, as after a timeout.
 func (f *Fabric) AwaitWithin(r int, seq uint64, d time.Duration) error {

@@ -29,7 +29,7 @@ import (
 // Environment variables read by Open (through internal/config, which
 // checks them; docs/config.md lists them all).
 const (
-	// EnvProvider selects the verbs provider: soft, ibv or auto (default).
+	// EnvProvider selects the verbs provider: soft, ibv, shm or auto (default).
 	EnvProvider = config.EnvProvider
 	// EnvDevice selects the device of the provider by name.
 	EnvDevice = config.EnvDevice

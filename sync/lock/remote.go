@@ -43,7 +43,7 @@ func (s *slot) undo(fn func() error) error {
 
 // post posts a signalled atomic on rank r's word w whose old value lands
 // in result word k (0 or 1) of the slot. Being signalled, its own
-// completion tells Wait it is done, without an extra flush request.
+// completion tells Await it is done, without an extra flush request.
 func (s *slot) post(r, w int, op transport.AtomicOp, a, b uint64, k int) (uint64, error) {
 	c := s.l.c
 	return s.l.f.PostAtomic(r, transport.Atomic{Op: op, Local: c.LocalAt(s.word + k), Remote: c.RemoteAt(r, w), CompareAdd: a, Swap: b})

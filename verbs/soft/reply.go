@@ -20,14 +20,14 @@ type response struct {
 	// the wire.
 	pooled bool
 	off    int  // bytes of header and data already written
-	held   bool // off > 0 and the write lock is held for the rest (see flushResponses)
+	held   bool // off > 0 and the write lock is held for the rest (see sendResponses)
 }
 
 // respond sends a response to the peer. What the responder did to memory
 // is released first, so that it happens before the requester's
 // completion. The goroutine running the receive engine collects the
 // responses of the frames it runs and sends them together when it has run
-// out of arrived frames (flushResponses), so a burst of requests is
+// out of arrived frames (sendResponses), so a burst of requests is
 // answered with one system call.
 func (q *qp) respond(r response) {
 	release()
