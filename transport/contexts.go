@@ -100,24 +100,24 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 		f.addContext(shmName, shm.Context)
 		return nil
 	}
-	net, err := selectProvider("auto", s.Device, cfg)
+	network, err := selectProvider("auto", s.Device, cfg)
 	if err != nil {
 		if shmErr == nil {
 			shm.Context.Close()
 		}
 		return fmt.Errorf("%w: auto: %w", ErrProvider, err)
 	}
-	if net.Notice != "" {
-		say(net.Notice)
+	if network.Notice != "" {
+		say(network.Notice)
 	}
-	f.addContext(net.Provider, net.Context)
+	f.addContext(network.Provider, network.Context)
 	switch {
 	case shmErr != nil:
-		say(fmt.Sprintf("shm provider unavailable (%v); node-local peers use the %s provider", shmErr, net.Provider))
+		say(fmt.Sprintf("shm provider unavailable (%v); node-local peers use the %s provider", shmErr, network.Provider))
 		return nil
-	case !cpuAtomics(net.Context):
+	case !cpuAtomics(network.Context):
 		shm.Context.Close()
-		say(fmt.Sprintf("the %s provider's atomics are not atomic against the CPU's; node-local peers use it too", net.Provider))
+		say(fmt.Sprintf("the %s provider's atomics are not atomic against the CPU's; node-local peers use it too", network.Provider))
 		return nil
 	}
 	c := f.addContext(shmName, shm.Context)
