@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,11 @@ import (
 
 // maxLoops bounds every streaming loop (tests never loop unboundedly).
 const maxLoops = 200000
+
+// The streaming loops yield the processor once a round: the ranks are
+// goroutines of one process, and on shm a lock round makes no system call,
+// so under load (2 cores, -race, other jobs) the locker a test waits for
+// could go without a processor for the whole bound of rounds.
 
 // peekOff is where peek's result lands: the last word of this rank's
 // staging area, which the tests do not otherwise use.
@@ -70,6 +76,7 @@ func TestWriterNotStarvedByReaders(t *testing.T) {
 		}
 		reads, sawWriter := 0, 0
 		for ; !done.Load() && reads < maxLoops; reads++ {
+			runtime.Gosched() // ranks share this process: let the other side run, as the OS would
 			if err := l.Lock(target, false); err != nil {
 				return fmt.Errorf("read %d: %w", reads, err)
 			}
@@ -121,6 +128,7 @@ func TestExclusiveNotStarvedByLockAll(t *testing.T) {
 		}
 		alls, sawWaiter := 0, 0
 		for ; !done.Load() && alls < maxLoops; alls++ {
+			runtime.Gosched() // ranks share this process: let the other side run, as the OS would
 			if err := l.LockAll(); err != nil {
 				return fmt.Errorf("lock_all %d: %w", alls, err)
 			}
@@ -169,6 +177,7 @@ func TestLockAllNotStarvedByExclusive(t *testing.T) {
 		}
 		locks, sawWaiter := 0, 0
 		for ; !done.Load() && locks < maxLoops; locks++ {
+			runtime.Gosched() // ranks share this process: let the other side run, as the OS would
 			if err := l.Lock(r.Me(), true); err != nil {
 				return fmt.Errorf("exclusive lock %d: %w", locks, err)
 			}
@@ -326,6 +335,7 @@ func TestNestedExclusiveWithLockAll(t *testing.T) {
 		me := r.Me()
 		if me < n/2 {
 			for i := 0; writersLeft.Load() > 0 && i < maxLoops; i++ {
+				runtime.Gosched() // ranks share this process: let the other side run, as the OS would
 				if err := l.LockAll(); err != nil {
 					return fmt.Errorf("lock_all %d: %w", i, err)
 				}
