@@ -356,9 +356,7 @@ func (f *Fabric) dispatch(c *pctx, wcs []verbs.WC) {
 			f.setErr(p, wc)
 			continue
 		}
-		if seq := wc.ID >> 16; seq > p.done.Load() {
-			p.done.Store(seq)
-		}
+		advance(&p.done, wc.ID>>16)
 	}
 }
 

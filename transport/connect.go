@@ -125,6 +125,9 @@ func (f *Fabric) newPeer(c *pctx, r int) (*peer, error) {
 		return nil, err
 	}
 	p.qp = qp
+	if pc, ok := qp.(verbs.PostCompleter); ok && c.atPost {
+		p.inline = pc
+	}
 	if err := f.postRecvs(p, qp, recvDepth); err != nil {
 		qp.Close()
 		return nil, err

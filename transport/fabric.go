@@ -80,6 +80,9 @@ type peer struct {
 	ci     uint8    // c's index
 	qp     verbs.QP // requests to that rank
 	selfRx verbs.QP // for the rank itself: the receiving end of the loopback pair
+	// inline is qp when its requests complete in the post (shm): posts
+	// then count themselves done, without a completion to poll (post.go).
+	inline verbs.PostCompleter
 
 	// ready: qp is connected (posts go straight to it). Until then, and
 	// if connecting fails, the connection's state is below (connect.go).

@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rmago/rmago/internal/launch"
@@ -50,11 +51,50 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 		p.lastSignaled = seq
 	}
 	wr.ID = seq<<16 | uint64(p.rank)
+	if p.inline != nil && p.selfRx == nil && wr.Next == nil {
+		return f.postInline(p, wr, seq)
+	}
 	if _, err := p.qp.PostSend(wr); err != nil {
 		return 0, f.postErr(p, err)
 	}
 	p.posted.Store(seq)
 	return seq, nil
+}
+
+// postInline posts wr, request seq, to a peer whose requests complete in
+// the post: it is done (with every request before it) when the post
+// returns, so no completion is queued, polled and dispatched for it. A
+// refused request is recorded as its failure completion would be.
+// p.postMu held.
+func (f *Fabric) postInline(p *peer, wr *verbs.SendWR, seq uint64) (uint64, error) {
+	st, err := p.inline.PostSendCompleted(wr)
+	if err != nil {
+		return 0, f.postErr(p, err)
+	}
+	if st == verbs.StatusSuccess {
+		advance(&p.done, seq) // before posted: a Flush that reads posted finds it done
+		p.posted.Store(seq)
+		return seq, nil
+	}
+	p.posted.Store(seq)
+	wc := verbs.WC{ID: wr.ID, Status: st, Op: wr.Op, QPN: p.qp.Num()}
+	f.mu.Lock()
+	f.setErr(p, &wc)
+	f.cond.Broadcast()
+	f.mu.Unlock()
+	return seq, nil
+}
+
+// advance raises *done to seq unless it is there already: completions
+// are counted both by dispatch (f.mu held) and by postInline (the peer's
+// postMu held), so the count only ever goes up.
+func advance(done *atomic.Uint64, seq uint64) {
+	for {
+		cur := done.Load()
+		if seq <= cur || done.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
 }
 
 // postErr reports a failed post to p.
@@ -116,6 +156,16 @@ func (f *Fabric) postChainLocked(p *peer, n int) (uint64, error) {
 		if i > 0 {
 			p.chain[i-1].Next = wr
 		}
+	}
+	if p.inline != nil && p.selfRx == nil {
+		// Each completes in its post: one at a time, nothing to poll.
+		for i := range n {
+			p.chain[i].Next = nil
+			if _, err := f.postInline(p, &p.chain[i], first+uint64(i)); err != nil {
+				return 0, err
+			}
+		}
+		return first + uint64(n) - 1, nil
 	}
 	bad, err := p.qp.PostSend(&p.chain[0])
 	if err != nil {

@@ -312,6 +312,19 @@ type ErrorSetter interface {
 	SetError(cause error)
 }
 
+// PostCompleter is implemented by the queue pairs of devices whose
+// requests complete in PostSend (DeviceAttr.CompletesAtPost).
+// PostSendCompleted posts one work request (wr.Next must be nil) as
+// PostSend does, but returns its completion status instead of queueing a
+// work completion for it, signalled or not: the caller counts the request
+// (and every request before it on the queue pair) done, and records a
+// failure itself. A status other than success puts the queue pair in the
+// error state, as the failure completion of PostSend would. The error is
+// PostSend's: the request was not posted.
+type PostCompleter interface {
+	PostSendCompleted(wr *SendWR) (Status, error)
+}
+
 // ErrNotMappable means a peer's memory cannot be mapped into this process:
 // the provider reaches the peer through a network, or the memory is not
 // in shared memory (a created window's Go slice).

@@ -20,19 +20,20 @@ const (
 )
 
 // backoff is one blocking call's retry schedule and deadline. It allocates
-// nothing.
+// nothing, and reads the clock only once it has to wait: an uncontended
+// lock never does.
 type backoff struct {
 	d        time.Duration
-	deadline time.Time // zero: no deadline
+	timeout  time.Duration // 0: no deadline
+	deadline time.Time     // set at the first pause
 }
 
-// reset starts a schedule bounded by timeout (0: unbounded).
+// reset starts a schedule bounded by timeout (0: unbounded), counted from
+// the first pause.
 func (b *backoff) reset(timeout time.Duration) {
 	b.d = backoffMin
+	b.timeout = timeout
 	b.deadline = time.Time{}
-	if timeout > 0 {
-		b.deadline = time.Now().Add(timeout)
-	}
 }
 
 // pause waits once and lengthens the next wait. It returns false, without
@@ -40,7 +41,10 @@ func (b *backoff) reset(timeout time.Duration) {
 func (b *backoff) pause() bool {
 	w := b.d/2 + rand.N(b.d/2+1)
 	now := time.Now()
-	if !b.deadline.IsZero() {
+	if b.timeout > 0 {
+		if b.deadline.IsZero() {
+			b.deadline = now.Add(b.timeout)
+		}
 		left := b.deadline.Sub(now)
 		if left <= 0 {
 			return false

@@ -239,9 +239,49 @@ func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	return nil, nil
 }
 
+// PostSendCompleted posts one request and returns its status instead of
+// queueing its completion (verbs.PostCompleter).
+func (q *qp) PostSendCompleted(wr *verbs.SendWR) (verbs.Status, error) {
+	if wr.Next != nil {
+		return 0, fmt.Errorf("%w: PostSendCompleted takes one request, not a chain", verbs.ErrInvalid)
+	}
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	st, _, err := q.run(wr)
+	if err == nil {
+		q.refused(wr, st)
+	}
+	return st, err
+}
+
+// postOne runs one request of PostSend and queues its completion if it
+// is signalled or failed; sendMu held.
 func (q *qp) postOne(wr *verbs.SendWR) error {
+	st, total, err := q.run(wr)
+	if err != nil {
+		return err
+	}
+	if st != verbs.StatusSuccess || wr.Flags&verbs.Signaled != 0 {
+		q.sendCQ.push(verbs.WC{ID: wr.ID, Status: st, Op: wr.Op, ByteLen: uint32(total), QPN: q.num})
+	}
+	q.refused(wr, st)
+	return nil
+}
+
+// refused puts the queue pair in the error state after a request the
+// target refused (status st), as after a NAK; its completion, with st,
+// comes first. sendMu held.
+func (q *qp) refused(wr *verbs.SendWR, st verbs.Status) {
+	if st != verbs.StatusSuccess && st != verbs.StatusTransport {
+		q.fail(verbs.StatusFlushed, fmt.Errorf("%w: request %d (%v) to %s refused: %s", st.Err(), wr.ID, wr.Op, q.peer(), why(st)), true)
+	}
+}
+
+// run checks and executes one request, returning its status and length.
+// An error means the request was not posted. sendMu held.
+func (q *qp) run(wr *verbs.SendWR) (verbs.Status, uint64, error) {
 	if len(wr.SGL) > maxSGE {
-		return fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
+		return 0, 0, fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
 	}
 	segs := &q.segs
 	var total uint64
@@ -252,53 +292,41 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		need = verbs.AccessLocalWrite
 	case verbs.OpFetchAdd, verbs.OpCompareSwap:
 		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 || wr.RemoteAddr%8 != 0 {
-			return fmt.Errorf("%w: atomics take one 8-byte SGE and an 8-byte aligned remote address", verbs.ErrInvalid)
+			return 0, 0, fmt.Errorf("%w: atomics take one 8-byte SGE and an 8-byte aligned remote address", verbs.ErrInvalid)
 		}
 		need = verbs.AccessLocalWrite
 	case verbs.OpAccumulate:
 		if err := verbs.CheckAccumulate(wr, maxFetchAcc); err != nil {
-			return err
+			return 0, 0, err
 		}
 		if wr.Acc.Fetch {
 			need = verbs.AccessLocalWrite
 		}
 	default:
-		return fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, wr.Op)
+		return 0, 0, fmt.Errorf("%w: opcode %v", verbs.ErrInvalid, wr.Op)
 	}
 	for i, s := range wr.SGL {
 		b, err := q.ctx.resolve(q.pd, s, need)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		segs[i] = b
 		total += uint64(s.Length)
 	}
 	if wr.Op == verbs.OpSend && total > maxSendBytes {
-		return fmt.Errorf("%w: a send of %d bytes (shm sends carry at most %d)", verbs.ErrInvalid, total, maxSendBytes)
+		return 0, 0, fmt.Errorf("%w: a send of %d bytes (shm sends carry at most %d)", verbs.ErrInvalid, total, maxSendBytes)
 	}
 	if total > 1<<32-1 {
-		return fmt.Errorf("%w: %d bytes in one request", verbs.ErrInvalid, total)
+		return 0, 0, fmt.Errorf("%w: %d bytes in one request", verbs.ErrInvalid, total)
 	}
 	if err := q.sendable(); err != nil {
-		return err
+		return 0, 0, err
 	}
 	release()
 	st := q.execute(wr, segs[:len(wr.SGL)], total)
 	release()
 	clear(segs[:len(wr.SGL)])
-	if st != verbs.StatusSuccess {
-		// A refused request completes with its status and the queue pair
-		// enters the error state, as after a NAK.
-		q.sendCQ.push(verbs.WC{ID: wr.ID, Status: st, Op: wr.Op, ByteLen: uint32(total), QPN: q.num})
-		if st != verbs.StatusTransport {
-			q.fail(verbs.StatusFlushed, fmt.Errorf("%w: request %d (%v) to %s refused: %s", st.Err(), wr.ID, wr.Op, q.peer(), why(st)), true)
-		}
-		return nil
-	}
-	if wr.Flags&verbs.Signaled != 0 {
-		q.sendCQ.push(verbs.WC{ID: wr.ID, Status: verbs.StatusSuccess, Op: wr.Op, ByteLen: uint32(total), QPN: q.num})
-	}
-	return nil
+	return st, total, nil
 }
 
 func why(st verbs.Status) string {

@@ -74,6 +74,7 @@ var (
 	_ verbs.MR            = (*region)(nil)
 	_ verbs.CQ            = (*cq)(nil)
 	_ verbs.QP            = (*qp)(nil)
+	_ verbs.PostCompleter = (*qp)(nil)
 	_ verbs.ErrorReporter = (*qp)(nil)
 	_ verbs.ErrorSetter   = (*qp)(nil)
 	_ verbs.Mapper        = (*qp)(nil)
