@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/rmago/rmago/verbs"
@@ -136,6 +137,83 @@ func (f *Fabric) AwaitNotes(tag uint32, count int, from func(yield func(int) boo
 		f.mu.Unlock()
 	}
 	return err
+}
+
+// AwaitNoteEach waits until a notification with tag has arrived from each
+// rank of ranks, consuming none, blocking in the completion queues as the
+// fabric's other waits do. A rank of ranks whose connection ends before
+// its notification arrived ends the wait at once, and so does any rank of
+// watch that failed (ErrPeer without ErrPeerGone), even after its own
+// notification arrived: the ranks still missing may be stuck on it. On
+// timeout the error names the ranks whose notification is missing.
+func (f *Fabric) AwaitNoteEach(tag uint32, ranks, watch []int) error {
+	var failed error
+	ready := func() bool { // f.mu held
+		for _, r := range watch {
+			if e := f.Err(r); e != nil && !errors.Is(e, ErrPeerGone) {
+				failed = fmt.Errorf("rank %d failed: %w", r, e)
+				return true
+			}
+		}
+		t := f.notes[tag]
+		for _, r := range ranks {
+			if t == nil || t.from[r] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	each := func(yield func(int) bool) {
+		for _, r := range ranks {
+			if !yield(r) {
+				return
+			}
+		}
+	}
+	if f.progs != nil {
+		return f.pollNoteEach(tag, ranks, ready, &failed)
+	}
+	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{tag}, ntags: 1, count: len(ranks)}
+	if err := f.waitFor(ready, op, each); err != nil {
+		return err
+	}
+	return failed
+}
+
+// pollNoteEach is AwaitNoteEach on a fabric with a provider this process
+// drives (soft): a Poller, which drives it between looks, answers the
+// notification sooner there than a wait in its completion queue (PSCW
+// ping-pong, 8 B: 46 against 51-55 µs).
+func (f *Fabric) pollNoteEach(tag uint32, ranks []int, ready func() bool, failed *error) error {
+	w := f.NewPoller()
+	defer w.Done()
+	for {
+		f.mu.Lock()
+		ok := ready()
+		f.mu.Unlock()
+		if ok {
+			return *failed
+		}
+		for _, r := range ranks {
+			if e := f.Err(r); e != nil && !f.HasNote(tag, r) {
+				return fmt.Errorf("notification wait: rank %d: %w", r, e)
+			}
+		}
+		if w.Pause() {
+			continue
+		}
+		if w.Grace() {
+			continue
+		}
+		var missing []int
+		for _, r := range ranks {
+			if !f.HasNote(tag, r) {
+				missing = append(missing, r)
+			}
+		}
+		return fmt.Errorf("%w: notification wait: %d of %d notifications (tag %#x) arrived; none from %s within %v",
+			ErrTimeout, len(ranks)-len(missing), len(ranks), tag, RankList(missing), f.timeout)
+	}
 }
 
 // AwaitNotesEither waits until count notifications tagged a or b have

@@ -42,9 +42,8 @@ type PSCW struct {
 	missing  []int // ranks of exposure whose completion has not arrived
 
 	// Access side.
-	access  []int    // the open epoch's group
-	pending []int    // targets Start still waits for
-	seqs    []uint64 // Complete: sequence numbers, by index in access
+	access []int    // the open epoch's group
+	seqs   []uint64 // Complete: sequence numbers, by index in access
 }
 
 // New returns the PSCW protocol of the window whose control region is c
@@ -57,7 +56,7 @@ func New(c *control.Region, id uint16) *PSCW {
 		postTag:     transport.MakeTag(transport.TagPost, id, 0),
 		completeTag: transport.MakeTag(transport.TagComplete, id, 0),
 		exposure:    make([]int, 0, n), missing: make([]int, 0, n),
-		access: make([]int, 0, n), pending: make([]int, 0, n), seqs: make([]uint64, n),
+		access: make([]int, 0, n), seqs: make([]uint64, n),
 	}
 }
 
@@ -97,8 +96,9 @@ func (p *PSCW) post(group []int, noCheck bool) error {
 
 // Start opens an access epoch to the ranks in group (MPI_Win_start): it
 // waits until each of them has posted an exposure epoch to this rank that
-// no earlier Start matched. It polls local memory only, bounded by the
-// fabric's timeout. group may be empty, and may contain this rank.
+// no earlier Start matched. It waits in the fabric's completion queues
+// (transport.Fabric.AwaitNoteEach), bounded by the fabric's timeout.
+// group may be empty, and may contain this rank.
 func (p *PSCW) Start(group []int) error { return p.start(group, false) }
 
 // StartNoCheck opens an access epoch without waiting for the posts
@@ -111,22 +111,8 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 		return p.err
 	}
 	if !noCheck {
-		p.pending = append(p.pending[:0], group...)
-		p.seenPosts()
-		b := p.f.NewPoller()
-		defer b.Done()
-		for len(p.pending) > 0 {
-			if err := p.groupFailed(p.pending, group); err != nil {
-				return fmt.Errorf("pscw: start: waiting for a post: %w", err)
-			}
-			if !b.Pause() {
-				if b.Grace() {
-					continue
-				}
-				return fmt.Errorf("pscw: start: %w after %v (%d of %d ranks did not post: no post from %s)",
-					transport.ErrTimeout, p.f.Timeout(), len(p.pending), len(group), transport.RankList(p.pending))
-			}
-			p.seenPosts()
+		if err := p.f.AwaitNoteEach(p.postTag, group, group); err != nil {
+			return fmt.Errorf("pscw: start: waiting for posts: %w", err)
 		}
 		// All posted: take one post of each (only now, so that a Start
 		// that fails consumes none and may be called again).
@@ -136,18 +122,6 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 	}
 	p.access = append(p.access[:0], group...)
 	return nil
-}
-
-// seenPosts drops from pending the targets whose post notification has
-// arrived (without consuming it).
-func (p *PSCW) seenPosts() {
-	keep := p.pending[:0]
-	for _, t := range p.pending {
-		if !p.f.HasNote(p.postTag, t) {
-			keep = append(keep, t)
-		}
-	}
-	p.pending = keep
 }
 
 // Complete ends the access epoch (MPI_Win_complete): it sends each target
@@ -191,26 +165,20 @@ func (p *PSCW) Complete() error {
 
 // Wait ends the exposure epoch (MPI_Win_wait): it returns once every rank
 // of the posted group has completed its access epoch to this rank, so that
-// their puts are in this rank's memory. It polls local memory only, bounded
-// by the fabric's timeout; after a timeout the epoch is still open.
+// their puts are in this rank's memory. It waits in the fabric's
+// completion queues, bounded by the fabric's timeout; after a timeout the
+// epoch is still open.
 func (p *PSCW) Wait() error {
 	if p.err != nil {
 		return p.err
 	}
-	b := p.f.NewPoller()
-	defer b.Done()
-	for !p.done() {
-		if err := p.exposureFailed(); err != nil {
-			return fmt.Errorf("pscw: wait: %w", err)
-		}
-		if !b.Pause() {
-			if b.Grace() {
-				continue
-			}
-			return fmt.Errorf("pscw: wait: %w after %v (%d of %d completions arrived: none from %s)",
-				transport.ErrTimeout, p.f.Timeout(), len(p.exposure)-len(p.missing), len(p.exposure), transport.RankList(p.missing))
-		}
+	if p.done() {
+		return nil
 	}
+	if err := p.f.AwaitNoteEach(p.completeTag, p.missing, p.exposure); err != nil {
+		return fmt.Errorf("pscw: wait: %w", err)
+	}
+	p.done()
 	return nil
 }
 
