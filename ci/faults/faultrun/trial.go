@@ -100,9 +100,26 @@ type trial struct {
 	setup   string
 }
 
-// runTrial runs one trial: it starts the job, makes the fault, runs the job
-// to its end (boundedly), looks for orphans and judges every rank.
+// portTries is how many times a trial is run whose rank 0 found its
+// rendezvous port taken.
+const portTries = 3
+
+// runTrial runs one trial (runTrialOnce). The rendezvous port faultrun
+// picks (launch.FreePort) was free a moment before rank 0 listens on it,
+// but a connection of a trial running in parallel may take it first: such
+// a trial, over before the fault, is run again.
 func runTrial(s *settings, sp spec) result {
+	for i := 1; ; i++ {
+		r := runTrialOnce(s, sp)
+		if i == portTries || !strings.Contains(r.setup, "address already in use") {
+			return r
+		}
+	}
+}
+
+// runTrialOnce runs one trial: it starts the job, makes the fault, runs the
+// job to its end (boundedly), looks for orphans and judges every rank.
+func runTrialOnce(s *settings, sp spec) result {
 	start := time.Now()
 	t := &trial{s: s, sp: sp, notify: make(chan struct{}, 1)}
 	var mk [8]byte
