@@ -96,7 +96,18 @@ func rmarunFromEnv() (Bootstrap, error) {
 	if addr == "" {
 		addr = launch.DefaultAddr
 	}
-	b, err := Rendezvous(RendezvousConfig{Rank: rank, Size: size, Rendezvous: os.Getenv(launch.EnvRendezvous), Secret: secret, Addr: addr})
+	ln, err := launch.InheritedListener() // rank 0: the launcher's listener, if it passed one
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBootstrap, err)
+	}
+	cfg := RendezvousConfig{Rank: rank, Size: size, Rendezvous: os.Getenv(launch.EnvRendezvous), Secret: secret, Addr: addr}
+	if rank == 0 {
+		cfg.Listener = ln
+	}
+	b, err := Rendezvous(cfg)
+	if ln != nil {
+		ln.Close() // the rendezvous is over
+	}
 	if err == nil {
 		launch.NotifyJoined()
 	}

@@ -50,9 +50,10 @@ func runAgent() int {
 		return 1
 	}
 	port := 0
+	var rdv *os.File // rank 0's listener: rank 0 runs on this host
 	if setup.NeedPort {
-		if port, err = launch.FreePort(addr); err != nil {
-			say("L finding a rendezvous port on %s: %s\n", addr, oneLine(err.Error()))
+		if rdv, port, err = rendezvousListener(addr); err != nil {
+			say("L opening a rendezvous port on %s: %s\n", addr, oneLine(err.Error()))
 			return 1
 		}
 	}
@@ -88,7 +89,8 @@ func runAgent() int {
 			return &lineWriter{w: os.Stdout, mu: &outMu, prefix: []byte("O " + r + " ")},
 				&lineWriter{w: os.Stdout, mu: &outMu, prefix: []byte("E " + r + " ")}
 		},
-		events: events,
+		events:  events,
+		rdvFile: rdv,
 	}
 
 	// Orders from rmarun, and the end of its input.

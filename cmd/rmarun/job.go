@@ -30,9 +30,10 @@ type job struct {
 	localAddr  string // the address they listen on
 	local      *group // nil until started, or if there are none
 	remotes    []*remote
-	rank0      *remote // the remote host of rank 0, or nil if it is local
-	target     string  // address of rank 0's host, for remote hosts to route to
-	rendezvous string  // host:port of rank 0's rendezvous, once known
+	rank0      *remote  // the remote host of rank 0, or nil if it is local
+	target     string   // address of rank 0's host, for remote hosts to route to
+	rendezvous string   // host:port of rank 0's rendezvous, once known
+	rdvFile    *os.File // rank 0's listener on it when rank 0 runs here (launch.EnvRendezvousFD)
 	hostOf     []string
 }
 
@@ -140,12 +141,30 @@ func newJob(o *options) (*job, error) {
 
 // localRendezvous places rank 0's rendezvous on this host.
 func (j *job) localRendezvous() error {
-	port, err := launch.FreePort(j.localAddr)
+	f, port, err := rendezvousListener(j.localAddr)
 	if err != nil {
-		return fmt.Errorf("finding a rendezvous port on %s: %v", j.localAddr, err)
+		return fmt.Errorf("opening a rendezvous port on %s: %v", j.localAddr, err)
 	}
+	j.rdvFile = f
 	j.rendezvous = net.JoinHostPort(j.localAddr, strconv.Itoa(port))
 	return nil
+}
+
+// rendezvousListener listens on a free port of addr for rank 0, which
+// inherits the listener (launch.EnvRendezvousFD): no other process can
+// take the port between this choice and rank 0's start. It returns the
+// listener as a file to hand to rank 0 (closed here once rank 0 has it).
+func rendezvousListener(addr string) (*os.File, int, error) {
+	ln, port, err := launch.ListenFree(addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer ln.Close() // the file is a duplicate
+	f, err := ln.File()
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, port, nil
 }
 
 // provider is the provider the ranks will use, "" if unset.
@@ -255,7 +274,8 @@ func (j *job) startRanks() {
 			return &lineWriter{w: os.Stdout, mu: &j.outMu, prefix: prefix},
 				&lineWriter{w: os.Stderr, mu: &j.outMu, prefix: prefix}
 		},
-		events: j.events,
+		events:  j.events,
+		rdvFile: j.rdvFile,
 	}
 	go j.local.start(j.localRanks)
 }

@@ -193,6 +193,28 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
+// TestRendezvousInherited: rank 0, and only rank 0, gets rmarun's
+// listener on the rendezvous port (no other process can take the port
+// between rmarun's choice and rank 0's start), and the job joins through
+// it.
+func TestRendezvousInherited(t *testing.T) {
+	stdout, stderr, code := rmarun(t, nil, "-n", "3", childBin, "getenv=RMAGO_RENDEZVOUS_FD", "init", "barrier", "close")
+	if code != 0 {
+		t.Fatalf("exit status %d, stderr:\n%s", code, stderr)
+	}
+	ranks := byRank(t, stdout)
+	for rank := range 3 {
+		lines := strings.Join(ranks[rank], "\n")
+		inherited := strings.Contains(lines, "RMAGO_RENDEZVOUS_FD=")
+		if inherited != (rank == 0) {
+			t.Errorf("rank %d: inherited a rendezvous listener: %v, want %v:\n%s", rank, inherited, rank == 0, lines)
+		}
+		if !strings.Contains(lines, "joined") {
+			t.Errorf("rank %d did not join:\n%s", rank, lines)
+		}
+	}
+}
+
 func TestProvider(t *testing.T) {
 	for _, tc := range []struct {
 		name string

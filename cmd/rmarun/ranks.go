@@ -79,6 +79,7 @@ type group struct {
 	rankEnv func(rank int) []string                // and each rank's own
 	output  func(rank int) (out, errw *lineWriter) // where its output goes
 	events  chan<- event
+	rdvFile *os.File // rank 0's rendezvous listener, if rank 0 is in this group (closed once started)
 
 	clock    exitClock
 	mu       sync.Mutex
@@ -150,6 +151,12 @@ func (g *group) startRank(rank int) error {
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = make([]*os.File, fd-3+1) // nil entries are closed in the rank
 	cmd.ExtraFiles[fd-3] = ntfW
+	if rank == 0 && g.rdvFile != nil && fd > 3 {
+		// Rank 0 inherits the rendezvous listener, just below the notify pipe.
+		cmd.ExtraFiles[fd-4] = g.rdvFile
+		cmd.Env = append(cmd.Env, launch.EnvRendezvousFD+"="+strconv.Itoa(fd-1))
+		files = append(files, g.rdvFile)
+	}
 	cmd.SysProcAttr = sysProcAttr()
 	g.mu.Lock()
 	defer g.mu.Unlock()
