@@ -34,12 +34,14 @@ type proc struct {
 }
 
 // startRank starts rank of a job with the given environment (appended to
-// the driver's) and argv. notify gets a value (without blocking) whenever
-// the process reports an event or exits.
-func startRank(rank int, argv, env []string, notify chan<- struct{}) (*proc, error) {
+// the driver's) and argv; extra are its descriptors from 3 on. notify gets
+// a value (without blocking) whenever the process reports an event or
+// exits.
+func startRank(rank int, argv, env []string, extra []*os.File, notify chan<- struct{}) (*proc, error) {
 	p := &proc{rank: rank, done: make(chan struct{})}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.ExtraFiles = extra
 	cmd.Stdout = &lineSink{p: p, notify: notify}
 	cmd.Stderr = &lineSink{p: p, notify: notify}
 	// Its own process group (the driver kills the group), and killed by

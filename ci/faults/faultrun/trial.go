@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,26 +101,9 @@ type trial struct {
 	setup   string
 }
 
-// portTries is how many times a trial is run whose rank 0 found its
-// rendezvous port taken.
-const portTries = 3
-
-// runTrial runs one trial (runTrialOnce). The rendezvous port faultrun
-// picks (launch.FreePort) was free a moment before rank 0 listens on it,
-// but a connection of a trial running in parallel may take it first: such
-// a trial, over before the fault, is run again.
-func runTrial(s *settings, sp spec) result {
-	for i := 1; ; i++ {
-		r := runTrialOnce(s, sp)
-		if i == portTries || !strings.Contains(r.setup, "address already in use") {
-			return r
-		}
-	}
-}
-
-// runTrialOnce runs one trial: it starts the job, makes the fault, runs the
+// runTrial runs one trial: it starts the job, makes the fault, runs the
 // job to its end (boundedly), looks for orphans and judges every rank.
-func runTrialOnce(s *settings, sp spec) result {
+func runTrial(s *settings, sp spec) result {
 	start := time.Now()
 	t := &trial{s: s, sp: sp, notify: make(chan struct{}, 1)}
 	var mk [8]byte
@@ -190,10 +174,19 @@ func (t *trial) args() []string {
 // then the others.
 func (t *trial) launch() ([]net.Conn, error) {
 	sp := t.sp
-	port, err := launch.FreePort(launch.DefaultAddr)
+	// Rank 0 inherits the rendezvous listener, as under rmarun: a port
+	// found free and closed again could be taken by a connection of a
+	// trial running in parallel before rank 0 listened on it.
+	ln, port, err := launch.ListenFree(launch.DefaultAddr)
 	if err != nil {
 		return nil, err
 	}
+	rdv, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer rdv.Close() // rank 0 has its own once started
 	secret, err := launch.NewSecret()
 	if err != nil {
 		return nil, err
@@ -216,7 +209,12 @@ func (t *trial) launch() ([]net.Conn, error) {
 		if r == sp.faulty && sp.scen.fault == faults.StopRead {
 			env = append(env, launch.SpinEnv+"=0") // nothing may poll its sockets
 		}
-		p, err := startRank(r, argv, env, t.notify)
+		var extra []*os.File
+		if r == 0 {
+			extra = []*os.File{rdv} // descriptor 3
+			env = append(env, launch.EnvRendezvousFD+"=3")
+		}
+		p, err := startRank(r, argv, env, extra, t.notify)
 		if err != nil {
 			return conns, err
 		}
