@@ -109,13 +109,16 @@ func pretendNodes() int {
 // rank's error.
 func Start(n int, fn func(w *rma.World) error) []error {
 	errs := make([]error, n)
-	port, err := launch.FreePort(launch.DefaultAddr)
+	// Rank 0's listener is open before any rank starts: a port found free
+	// and closed again could be taken by another test's connection first.
+	ln, port, err := launch.ListenFree(launch.DefaultAddr)
 	if err != nil {
 		for r := range errs {
 			errs[r] = err
 		}
 		return errs
 	}
+	defer ln.Close()
 	secretHex, _ := launch.NewSecret()
 	secret, _ := hex.DecodeString(secretHex)
 	rendezvous := net.JoinHostPort(launch.DefaultAddr, strconv.Itoa(port))
@@ -129,8 +132,12 @@ func Start(n int, fn func(w *rma.World) error) []error {
 					errs[r] = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 				}
 			}()
-			b, err := transport.Rendezvous(transport.RendezvousConfig{Rank: r, Size: n, Rendezvous: rendezvous, Secret: secret, Addr: launch.DefaultAddr,
-				Nodes: transport.PretendNodes(n, pretendNodes())})
+			cfg := transport.RendezvousConfig{Rank: r, Size: n, Rendezvous: rendezvous, Secret: secret, Addr: launch.DefaultAddr,
+				Nodes: transport.PretendNodes(n, pretendNodes())}
+			if r == 0 {
+				cfg.Listener = ln
+			}
+			b, err := transport.Rendezvous(cfg)
 			if err != nil {
 				errs[r] = err
 				return

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -95,10 +96,13 @@ func Run(t testing.TB, n int, opts Options, fn func(r *Rank) error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = 20 * time.Second
 	}
-	port, err := launch.FreePort("127.0.0.1")
+	// Rank 0's listener is open before any rank starts: a port found free
+	// and closed again could be taken by another test's connection first.
+	ln, port, err := launch.ListenFree("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer ln.Close()
 	secretHex, _ := launch.NewSecret()
 	secret, _ := hex.DecodeString(secretHex)
 	errs := make([]error, n)
@@ -107,7 +111,7 @@ func Run(t testing.TB, n int, opts Options, fn func(r *Rank) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = runRank(i, n, port, secret, opts, fn)
+			errs[i] = runRank(i, n, ln, port, secret, opts, fn)
 		}()
 	}
 	wg.Wait()
@@ -118,10 +122,14 @@ func Run(t testing.TB, n int, opts Options, fn func(r *Rank) error) {
 	}
 }
 
-func runRank(me, n, port int, secret []byte, opts Options, fn func(r *Rank) error) error {
+func runRank(me, n int, ln *net.TCPListener, port int, secret []byte, opts Options, fn func(r *Rank) error) error {
 	k, _ := strconv.Atoi(os.Getenv("RMAGO_TEST_NODES")) // pretend nodes: a mixed job (rmatest)
-	b, err := transport.Rendezvous(transport.RendezvousConfig{Rank: me, Size: n, Rendezvous: fmt.Sprintf("127.0.0.1:%d", port), Secret: secret, Addr: "127.0.0.1",
-		Nodes: transport.PretendNodes(n, k)})
+	cfg := transport.RendezvousConfig{Rank: me, Size: n, Rendezvous: fmt.Sprintf("127.0.0.1:%d", port), Secret: secret, Addr: "127.0.0.1",
+		Nodes: transport.PretendNodes(n, k)}
+	if me == 0 {
+		cfg.Listener = ln
+	}
+	b, err := transport.Rendezvous(cfg)
 	if err != nil {
 		return err
 	}
