@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -293,7 +294,7 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 				// The ranks still missing look healthy, but may be stuck
 				// on one that failed: wait a little for a failure notice
 				// naming it before blaming them.
-				end = deadline.Add(f.noticeGrace())
+				end = deadline.Add(cmp.Or(op.grace, f.noticeGrace()))
 				continue
 			}
 			if !cond() {

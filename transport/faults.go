@@ -69,6 +69,9 @@ type waitOp struct {
 	ntags int
 	count int  // notification waits: how many
 	fails bool // a timeout fails the connection to rank (failPeer)
+	// grace, if not zero, replaces noticeGrace for this wait (a
+	// dissemination step's: see AwaitNotesGrace).
+	grace time.Duration
 }
 
 // failPeer fails the connection to rank r after a wait for one of its

@@ -13,6 +13,8 @@ package fence
 
 import (
 	"errors"
+	"math/bits"
+	"time"
 
 	"github.com/rmago/rmago/transport"
 )
@@ -77,6 +79,7 @@ func (x *Fence) disseminate() error {
 	f := x.f
 	n, me := f.Size(), f.Rank()
 	base := transport.MakeTag(transport.TagFence, x.id, x.round)
+	steps := bits.Len(uint(n - 1)) // ceil(log2 n)
 	step := uint32(1)
 	for d := 1; d < n; d, step = 2*d, step+1 {
 		tag := base | step<<stepShift
@@ -84,11 +87,22 @@ func (x *Fence) disseminate() error {
 			return err
 		}
 		x.from = (me - d + n) % n
-		if err := f.AwaitNotes(tag, 1, x.fromFn); err != nil {
+		if err := f.AwaitNotesGrace(tag, 1, x.fromFn, stepGrace(f.NoticeGrace(), int(step), steps)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// stepGrace is the grace for failure notices of dissemination step step
+// (1..steps) once its wait has timed out: a rank that has not sent its
+// step-k notification is stuck at an earlier step, so the chain of waits
+// behind a failed rank runs through ever earlier steps down to the one
+// waiting for it. Graces growing with the step (g/steps, 2g/steps, ... g)
+// let that rank give the failed one up, and tell the others, before they
+// blame a healthy rank that waits too.
+func stepGrace(g time.Duration, step, steps int) time.Duration {
+	return g * time.Duration(step) / time.Duration(max(steps, 1))
 }
 
 // watch yields the ranks whose failure ends a dissemination step's wait:

@@ -103,3 +103,23 @@ func TestDisseminationDeadPeer(t *testing.T) {
 		return nil
 	})
 }
+
+// TestStepGrace: the graces of a dissemination's steps grow with the step
+// and end at the full grace, so that the wait nearest a failed rank gives
+// it up first.
+func TestStepGrace(t *testing.T) {
+	const g = 900 * time.Millisecond
+	for _, steps := range []int{1, 3, 10} {
+		prev := time.Duration(0)
+		for step := 1; step <= steps; step++ {
+			got := stepGrace(g, step, steps)
+			if got <= prev || got > g {
+				t.Errorf("steps %d: step %d grace %v after %v, want growing, at most %v", steps, step, got, prev, g)
+			}
+			prev = got
+		}
+		if prev != g {
+			t.Errorf("steps %d: last step's grace %v, want %v", steps, prev, g)
+		}
+	}
+}
