@@ -130,18 +130,11 @@ func (f *Fabric) HasNote(tag uint32, r int) bool {
 // arrived, the wait fails at once instead of waiting for the timeout (one
 // that notified and then left counts).
 func (f *Fabric) AwaitNotes(tag uint32, count int, from func(yield func(int) bool)) error {
-	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{tag}, ntags: 1, count: count}
-	err := f.waitFor(func() bool { return f.noteCount(tag) >= count }, op, from)
-	if err == nil {
-		f.mu.Lock()
-		f.notesOf(tag).consume(count)
-		f.mu.Unlock()
-	}
-	return err
+	return f.AwaitNotesGrace(tag, count, from, 0)
 }
 
 // AwaitNotesGrace is AwaitNotes with its own grace for failure notices
-// once the timeout has passed (AwaitNotes: NoticeGrace). A chain of waits,
+// once the timeout has passed (0: NoticeGrace, as AwaitNotes). A chain of waits,
 // each for a rank that is itself waiting, ends at the rank that waits for
 // the failed one: giving the waits nearer that end shorter graces lets it
 // give the failed rank up, and tell the others, before they blame the
