@@ -134,6 +134,11 @@ func (l *Locks) LockAll() error {
 // has passed or a connection of this rank has failed (target < 0:
 // lock_all).
 func (l *Locks) pause(b *backoff, target int) error {
+	// Poll the completion queues once: on shm every atomic of this loop
+	// completes at post, so nothing else would take the error completions
+	// that tell of a failed peer (a holder killed with the lock).
+	l.f.Progress()
+	l.f.EndProgress()
 	for r := range l.size {
 		if err := l.f.Err(r); err != nil {
 			return fmt.Errorf("rank %d failed while the lock was busy (it may be the holder): %w", r, err)
