@@ -263,7 +263,7 @@ func (w *World) Close() error {
 	for _, l := range left {
 		l.quiesce()
 	}
-	err := w.f.Barrier()
+	err := w.f.LeaveBarrier()
 	// Leave before deregistering: a peer still sending here is told that
 	// this rank left (ErrPeerGone), not that its access was refused.
 	w.f.Disconnect()

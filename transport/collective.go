@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 )
 
@@ -31,6 +32,42 @@ func (f *Fabric) TagBarrier(tag uint32) error {
 		}
 	}
 	return f.AwaitNotes(tag, f.size-1, f.othersFn)
+}
+
+// LeaveBarrier is the barrier before a rank leaves the job (Close): a
+// Barrier whose notifications are signalled and awaited, so that none is
+// still queued when the rank destroys its queue pairs. A rank has every
+// other's notification before its own have necessarily gone out, and a
+// queue pair destroyed with them queued never delivers them (Soft-RoCE
+// dropped them, and a peer waited for a notification that never came).
+// A flush posted after the barrier would not do: the peer may have left
+// by then, and nothing would answer it. A peer that left meanwhile
+// (ErrPeerGone) had this rank's notification, since it left the barrier.
+func (f *Fabric) LeaveBarrier() error {
+	f.barSeq++
+	tag := MakeTag(TagWorld, 0, f.barSeq)
+	seqs := make([]uint64, f.size)
+	for i := 1; i < f.size; i++ {
+		r := (f.rank + i) % f.size
+		seq, err := f.NotifySignaled(r, tag)
+		if err != nil {
+			return err
+		}
+		seqs[r] = seq
+	}
+	if err := f.AwaitNotes(tag, f.size-1, f.othersFn); err != nil {
+		return err
+	}
+	var errs []error
+	for r, seq := range seqs {
+		if seq == 0 {
+			continue
+		}
+		if err := f.Await(r, seq); err != nil && !errors.Is(err, ErrPeerGone) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (f *Fabric) others(yield func(int) bool) {

@@ -410,8 +410,8 @@ func (f *Fabric) Disconnect() {
 	}
 }
 
-// Close tears the fabric down. It is not collective; call Barrier first
-// for an orderly end, since peers see this rank's connections close.
+// Close tears the fabric down. It is not collective; call LeaveBarrier
+// first for an orderly end, since peers see this rank's connections close.
 func (f *Fabric) Close() error {
 	if f.shut.Swap(true) {
 		return nil

@@ -192,6 +192,15 @@ fi
 if [ "$fails" -ne 0 ]; then
 	echo "FAIL: $fails command(s) failed:"
 	grep -a '^=== RMAGO-CMD [0-9]* \(BEGIN\|END\)' "$LOG" | grep -B1 'END rc=[1-9]' | grep BEGIN
+	# Repeat each failed command's failing lines and its last lines here, at
+	# the end, where a CI log cut to its tail still shows them.
+	for n in $(sed -n 's/^=== RMAGO-CMD \([0-9]*\) END rc=[1-9].*/\1/p' "$LOG"); do
+		block=$(sed -n "/^=== RMAGO-CMD $n BEGIN/,/^=== RMAGO-CMD $n END/p" "$LOG")
+		echo "---- command $n: its failing lines ----"
+		grep -a -E -e '--- FAIL|^FAIL|panic:|fatal error|timed out|[Ee]rror' <<<"$block" | head -40 || true
+		echo "---- command $n: its last lines ----"
+		tail -25 <<<"$block"
+	done
 	exit 1
 fi
 echo "PASS: all $NCMDS command(s) passed"
