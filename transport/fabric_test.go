@@ -43,7 +43,7 @@ func openJob(t *testing.T, n int, fn func(f *Fabric) error) {
 			defer f.Close()
 			errs[r] = fn(f)
 			if errs[r] == nil {
-				errs[r] = f.Barrier()
+				errs[r] = f.LeaveBarrier()
 			}
 		}()
 	}
@@ -84,6 +84,42 @@ func TestBarrierAndAllgather(t *testing.T) {
 						if !bytes.HasPrefix(out[r], []byte(want)) {
 							return fmt.Errorf("iteration %d: slot %d = %q, want %q", it, r, out[r], want)
 						}
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestLeaveBarrierDelivers: once LeaveBarrier returns, nothing this rank
+// posted is still queued (a rank that closes then loses nothing), though
+// every notification before it, its own included, was posted
+// unsignalled; and the ranks then close one after another, the last
+// barrier's notifications all delivered.
+func TestLeaveBarrierDelivers(t *testing.T) {
+	for _, n := range []int{2, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			openJob(t, n, func(f *Fabric) error {
+				tag := MakeTag(TagUser, 7, 0)
+				for range 50 {
+					for r := range f.Size() {
+						if r != f.Rank() {
+							if err := f.Notify(r, tag); err != nil {
+								return err
+							}
+						}
+					}
+				}
+				if err := f.AwaitNotes(tag, 50*(f.Size()-1), nil); err != nil {
+					return err
+				}
+				if err := f.LeaveBarrier(); err != nil {
+					return err
+				}
+				for r := range f.Size() {
+					if f.Outstanding(r) {
+						return fmt.Errorf("rank %d: requests still outstanding after LeaveBarrier", r)
 					}
 				}
 				return nil
