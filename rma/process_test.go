@@ -35,7 +35,7 @@ func TestAsProcesses(t *testing.T) {
 		run string
 	}{
 		{"2", "TestPutGetSizes|TestZeroLengthWindows|TestEpochMisuse|TestPSCWRing"},
-		{"3", "TestPutGetTypes|TestBadInput|TestAccumulateOps"},
+		{"3", "TestPutGetTypes|TestBadInput|TestAccumulateOps|TestFenceGetThenOverwrite"},
 		{"4", "TestPutGetRanks|TestAccumulateSumCounter|TestFetchAndOp|TestCompareAndSwapMutex|TestSharedReaders|TestLockAllFlushLoop|TestRequestsOutOfOrder"},
 		{"5", "TestAllToAllDisplacements|TestExclusiveLockCounter|TestPSCWStar"},
 	} {

@@ -520,13 +520,32 @@ func (win *Window[T]) Complete() error {
 		}
 	}
 	p := win.pscw
-	win.mu.Unlock()
-	err := win.w.f.FlushRanks(win.cflush)
-	if err == nil {
-		err = win.w.drainStage()
+	// Reads to a rank whose provider orders them before a notification
+	// (ReadsBeforeRecv) complete after the completion notification is
+	// posted, the waits overlapping; the others before it.
+	f := win.w.f
+	win.cafter = win.cafter[:0]
+	n := 0
+	for _, r := range win.cflush {
+		if r != f.Rank() && f.ReadsBeforeRecv(r) {
+			win.cafter = append(win.cafter, r)
+		} else {
+			win.cflush[n] = r
+			n++
+		}
 	}
+	win.cflush = win.cflush[:n]
+	win.mu.Unlock()
+	err := f.FlushRanks(win.cflush)
+	f.PostFlushes(win.cafter)
 	if err == nil {
 		err = p.Complete()
+	}
+	if ferr := f.FlushRanks(win.cafter); err == nil {
+		err = ferr
+	}
+	if err == nil {
+		err = win.w.drainStage()
 	}
 	win.mu.Lock()
 	win.leave(&tr, err == nil)

@@ -98,6 +98,7 @@ type Window[T Number] struct {
 	inGroup []bool        // per rank: checkGroup's scratch, all false between calls
 	flushes []int         // scratch for the fence
 	cflush  []int         // scratch for Complete
+	cafter  []int         // scratch for Complete: reads flushed after its notification
 	freed   bool
 }
 

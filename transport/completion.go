@@ -147,6 +147,26 @@ func (f *Fabric) FlushAll() error {
 	return errors.Join(errs...)
 }
 
+// ReadsBeforeRecv reports whether rank r's provider delivers a
+// notification only after the reads and atomics posted to r before it
+// have taken their data and made their change at r
+// (verbs.DeviceAttr.ReadsBeforeRecv). An epoch's closing notification
+// may then go out before its reads complete, the wait for them
+// overlapping the notification's way (PostFlushes before the
+// notification, FlushRanks after it).
+func (f *Fabric) ReadsBeforeRecv(r int) bool {
+	p := f.peers[r].Load()
+	return p != nil && p.c != nil && p.c.readsFirst
+}
+
+// PostFlushes posts the request that a later Flush or FlushRanks of each
+// rank of ranks waits for, without waiting.
+func (f *Fabric) PostFlushes(ranks []int) {
+	for _, r := range ranks {
+		f.postFlush(r)
+	}
+}
+
 // FlushRanks is Flush of each rank in ranks, the requests all posted
 // before any is awaited.
 func (f *Fabric) FlushRanks(ranks []int) error {

@@ -50,6 +50,9 @@ type pctx struct {
 	// atPost: the provider completes every request inside PostSend
 	// (verbs.DeviceAttr.CompletesAtPost: shm).
 	atPost bool
+	// readsFirst: its responder delivers a notification only after the
+	// reads and atomics before it (verbs.DeviceAttr.ReadsBeforeRecv).
+	readsFirst bool
 }
 
 // shmName is the node-local provider's registered name.
@@ -134,6 +137,7 @@ func (f *Fabric) addContext(name string, ctx verbs.Context) *pctx {
 	c := &pctx{idx: uint8(len(f.ctxs)), name: name, ctx: ctx, byQPN: map[uint32]*peer{}, wcs: make([]verbs.WC, 64)}
 	c.prog, _ = ctx.(verbs.Progresser)
 	c.atPost = ctx.Attr().CompletesAtPost
+	c.readsFirst = ctx.Attr().ReadsBeforeRecv
 	f.ctxs = append(f.ctxs, c)
 	f.multi = len(f.ctxs) > 1
 	if c.prog != nil {

@@ -204,6 +204,17 @@ type DeviceAttr struct {
 	// send CQ already (shm runs requests in PostSend). A flush then needs
 	// no request of its own: polling the CQ finds any failure.
 	CompletesAtPost bool
+	// ReadsBeforeRecv: the responder delivers a receive completion (a
+	// send, or a write with immediate data) only once every read and
+	// atomic it executed before it has taken its data from registered
+	// memory and made its change. The owner of the memory that learns
+	// of an access epoch's end from a notification posted after the
+	// epoch's reads may then change it at once, and the reader need not
+	// wait for its reads before notifying (soft; shm, whose requests
+	// complete at post). A NIC gives no such order: a read's data may
+	// leave memory after a later request has executed (only the
+	// requester's fence flag orders them).
+	ReadsBeforeRecv bool
 }
 
 // Config carries what a provider may need to open a device. Providers

@@ -43,6 +43,11 @@ type Fence struct {
 	// per wait).
 	from   int
 	fromFn func(yield func(int) bool)
+
+	// Sync's split of its flush list, and the ranks barrier notified
+	// first (reused: no allocation per fence).
+	before, after []int
+	sent          []bool
 }
 
 // New returns the fence of the window with the given id (equal on every rank).
@@ -54,16 +59,33 @@ func New(f *transport.Fabric, id uint16) *Fence {
 
 // Sync runs one fence. flush lists the ranks with reads or atomics to
 // complete; put says whether this rank put data since the last fence.
+//
+// The reads and atomics must be complete before any rank that could then
+// change their targets' memory leaves the fence: every rank but their
+// target itself, which, when its provider delivers a notification only
+// after the reads and atomics before it (transport.ReadsBeforeRecv: soft,
+// shm), is sent its notification before they complete. The target then
+// goes on half a round trip sooner (2 ranks: the target of a get is
+// released by the notification that follows the get). Reads on other
+// providers (a NIC's) complete before any notification.
 func (x *Fence) Sync(flush []int, put bool) error {
-	if err := x.f.FlushRanks(flush); err != nil {
+	x.before, x.after = x.before[:0], x.after[:0]
+	for _, r := range flush {
+		if r != x.f.Rank() && x.f.ReadsBeforeRecv(r) {
+			x.after = append(x.after, r)
+		} else {
+			x.before = append(x.before, r)
+		}
+	}
+	if err := x.f.FlushRanks(x.before); err != nil {
 		return err
 	}
-	anyPut, err := x.barrier(put)
+	anyPut, err := x.barrier(put, x.after)
 	if err != nil || !anyPut || x.f.Size() <= 2 {
 		return err
 	}
 	if x.f.Size() < DisseminationMin {
-		_, err = x.barrier(false)
+		_, err = x.barrier(false, nil)
 		return err
 	}
 	return x.disseminate()
@@ -123,8 +145,10 @@ func (x *Fence) watch(yield func(int) bool) {
 }
 
 // barrier is one round: a notification to every other rank, one awaited
-// from each. It reports whether any rank flagged a put.
-func (x *Fence) barrier(put bool) (bool, error) {
+// from each. It reports whether any rank flagged a put. The ranks of first
+// are notified first, and the others once the reads and atomics to the
+// ranks of first have completed (see Sync).
+func (x *Fence) barrier(put bool, first []int) (bool, error) {
 	x.round++
 	tag := transport.MakeTag(transport.TagFence, x.id, x.round)
 	mine := tag
@@ -132,8 +156,30 @@ func (x *Fence) barrier(put bool) (bool, error) {
 		mine |= putBit
 	}
 	f := x.f
+	if len(first) > 0 {
+		if x.sent == nil {
+			x.sent = make([]bool, f.Size())
+		}
+		for _, r := range first {
+			x.sent[r] = true
+			if err := f.Notify(r, mine); err != nil {
+				clear(x.sent)
+				return false, err
+			}
+		}
+		if err := f.FlushRanks(first); err != nil {
+			clear(x.sent)
+			return false, err
+		}
+	}
 	for i := 1; i < f.Size(); i++ {
-		if err := f.Notify((f.Rank()+i)%f.Size(), mine); err != nil {
+		r := (f.Rank() + i) % f.Size()
+		if len(first) > 0 && x.sent[r] {
+			x.sent[r] = false
+			continue
+		}
+		if err := f.Notify(r, mine); err != nil {
+			clear(x.sent)
 			return false, err
 		}
 	}

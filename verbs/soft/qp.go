@@ -111,11 +111,16 @@ type qp struct {
 	// wrMu serializes whole writes to the connection: requests (posters),
 	// queued responses (writer goroutine), immediate responses (TryLock).
 	wrMu       sync.Mutex
-	respMu     sync.Mutex          // guards respQueued
-	respQueued int                 // responses handed to the writer goroutine, not yet written
-	resps      [respBatch]response // collected by the receive engine (rxMu)
-	nresp      int
-	respHdrs   [respBatch][hdrLen]byte
+	respMu     sync.Mutex // guards respQueued, readsQueued and heldRecvs
+	respQueued int        // responses handed to the writer goroutine, not yet written
+	// Read responses among respQueued, and the receive completions held
+	// until they are written (recvafter.go).
+	readsQueued int
+	heldRecvs   []verbs.WC
+	resps       [respBatch]response // collected by the receive engine (rxMu)
+	nresp       int
+	batchReads  int // read responses among resps[:nresp] (rxMu)
+	respHdrs    [respBatch][hdrLen]byte
 	// Every write's gather list, under wrMu (write.go): requests (a batch
 	// of postBatch frames), immediate and queued responses.
 	iov     [maxIov]syscall.Iovec

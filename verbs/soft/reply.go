@@ -40,6 +40,9 @@ func (q *qp) respond(r response) {
 	}
 	q.resps[q.nresp] = r
 	q.nresp++
+	if r.reg != nil {
+		q.batchReads++
+	}
 }
 
 // respBatch is the most responses collected before they are sent.
@@ -55,7 +58,7 @@ func (q *qp) sendResponses() {
 	if n == 0 {
 		return
 	}
-	q.nresp = 0
+	q.nresp, q.batchReads = 0, 0
 	sent := 0
 	q.respMu.Lock()
 	if q.respQueued == 0 && q.wrMu.TryLock() {
@@ -70,6 +73,11 @@ func (q *qp) sendResponses() {
 		}
 	}
 	q.respQueued += n - sent
+	for i := sent; i < n; i++ {
+		if q.resps[i].reg != nil {
+			q.readsQueued++
+		}
+	}
 	q.respMu.Unlock()
 	for i := range sent {
 		q.resps[i].sent(q)
@@ -220,9 +228,19 @@ func (q *qp) writeResponses() {
 		for i := range bufs[:nbuf] {
 			bufs[i] = nil
 		}
+		reads := 0
+		for i := range n {
+			if regs[i] != nil {
+				reads++
+			}
+		}
 		release(n)
 		q.respMu.Lock()
 		q.respQueued -= n
+		q.readsQueued -= reads
+		if q.readsQueued == 0 {
+			q.pushHeldRecvs()
+		}
 		q.respMu.Unlock()
 		if err != nil {
 			q.fail(verbs.StatusTransport, q.sendErr("responses", err))

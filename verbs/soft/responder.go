@@ -156,8 +156,7 @@ func (q *qp) deliver(br frameReader, f *frame, op verbs.Opcode) bool {
 			wc.Status = verbs.StatusLocalError
 		}
 	}
-	release()
-	q.recvCQ.push(wc)
+	q.completeRecv(wc)
 	return true
 }
 

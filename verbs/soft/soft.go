@@ -79,7 +79,7 @@ func deviceAttr() verbs.DeviceAttr {
 		Name: deviceName, Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
 		MaxSGE: maxSGE, MaxInline: 0, AtomicCap: verbs.AtomicHCA, MTU: 1 << 20,
 		LinkLayer: "TCP", PortActive: true, PostCopiesPayload: true,
-		Accumulate: true, MaxFetchAccumulate: maxFetchAcc,
+		Accumulate: true, MaxFetchAccumulate: maxFetchAcc, ReadsBeforeRecv: true,
 	}
 }
 

@@ -1,0 +1,49 @@
+package soft
+
+import "github.com/rmago/rmago/verbs"
+
+// Receive completions after reads (verbs.DeviceAttr.ReadsBeforeRecv): a
+// read's response carries its data straight from registered memory, and
+// goes out after the requests that follow it have run (responses are sent
+// in batches, or by the writer goroutine when the socket is full). A
+// notification posted after a read (a fence's, or PSCW's complete) would
+// then tell the target its memory is free while the read's data has not
+// left it yet. So a receive completion waits for the read responses
+// executed before it: those collected are sent first (usually straight
+// into the socket), and if some still wait for the writer goroutine, the
+// completion is held until it has written them (pushHeldRecvs). Atomics
+// and fetching accumulates answer with values copied when they run, and
+// need nothing.
+
+// completeRecv puts a receive completion on the receive CQ once every read
+// response executed before it has left registered memory; rxMu held (or
+// a loopback pair, which reads by copying and queues no response).
+func (q *qp) completeRecv(wc verbs.WC) {
+	if q.batchReads > 0 {
+		q.sendResponses()
+	}
+	release()
+	q.respMu.Lock()
+	if q.readsQueued > 0 || len(q.heldRecvs) > 0 {
+		if q.heldRecvs == nil {
+			q.heldRecvs = make([]verbs.WC, 0, 8)
+		}
+		q.heldRecvs = append(q.heldRecvs, wc)
+		q.respMu.Unlock()
+		return
+	}
+	q.respMu.Unlock()
+	// Only the receive engine holds completions, so none can be held now
+	// that ought to come before this one.
+	q.recvCQ.push(wc)
+}
+
+// pushHeldRecvs completes the receives held behind read responses, in
+// order, once the writer goroutine has written those; respMu held.
+func (q *qp) pushHeldRecvs() {
+	for i := range q.heldRecvs {
+		q.recvCQ.push(q.heldRecvs[i])
+	}
+	clear(q.heldRecvs)
+	q.heldRecvs = q.heldRecvs[:0]
+}
