@@ -1,6 +1,7 @@
 package rma_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -74,5 +75,60 @@ func TestFenceGetThenOverwrite(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// TestFenceThirdPartyReads: after a fence, a rank reading a window that a
+// third rank put into during the epoch sees that put, whether it reads in
+// the next fence epoch (Get) or opens a lock_all epoch first: the fence's
+// second round, awaited lazily below 8 ranks, is awaited before either.
+func TestFenceThirdPartyReads(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			rmatest.Run(t, n, func(w *rma.World) error {
+				win, err := rma.Allocate[int64](w, 2)
+				if err != nil {
+					return err
+				}
+				me := w.Rank()
+				right, far := (me+1)%n, (me+2)%n
+				got := make([]int64, 1)
+				if err := win.Fence(0); err != nil {
+					return err
+				}
+				for round := int64(1); round <= 20; round++ {
+					stamp := round*100 + int64(me)
+					if err := win.Put([]int64{stamp}, right, int(round%2)); err != nil {
+						return err
+					}
+					passive := round%4 == 0
+					end := rma.Assert(0)
+					if passive {
+						end = rma.NoSucceed
+					}
+					if err := win.Fence(end); err != nil {
+						return err
+					}
+					want := round*100 + int64(right)
+					if passive {
+						if err := win.LockAll(0); err != nil {
+							return err
+						}
+						if err := errors.Join(win.Get(got, far, int(round%2)), win.Flush(far)); err != nil {
+							return err
+						}
+						if err := errors.Join(win.UnlockAll(), w.Barrier(), win.Fence(rma.NoPrecede)); err != nil {
+							return err
+						}
+					} else if err := errors.Join(win.Get(got, far, int(round%2)), win.Fence(0)); err != nil {
+						return err
+					}
+					if got[0] != want {
+						return fmt.Errorf("round %d: rank %d's slot at rank %d = %d, want %d", round, right, far, got[0], want)
+					}
+				}
+				return errors.Join(win.Fence(rma.NoSucceed), win.Free())
+			})
+		})
 	}
 }
