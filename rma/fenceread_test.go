@@ -81,7 +81,7 @@ func TestFenceGetThenOverwrite(t *testing.T) {
 // TestFenceThirdPartyReads: after a fence, a rank reading a window that a
 // third rank put into during the epoch sees that put, whether it reads in
 // the next fence epoch (Get) or opens a lock_all epoch first: the fence's
-// second round, awaited lazily below 8 ranks, is awaited before either.
+// second round has delivered every put of the epoch before either.
 func TestFenceThirdPartyReads(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
