@@ -63,7 +63,9 @@ func (win *Window[T]) check(target, disp, count int) error {
 // Fence covers the operation or refuses it), which never waits for a peer:
 // at most for send-queue or bounce-buffer space, which the NIC frees.
 func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request, error) {
-	win.mu.Lock()
+	if err := win.lockReady(target); err != nil {
+		return Request{}, err
+	}
 	defer win.mu.Unlock()
 	if err := win.check(target, disp, len(origin)); err != nil {
 		return Request{}, err
@@ -89,6 +91,7 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 	win.opsOn(target)
 	if put {
 		win.puts = true
+		win.putTo[target] = true
 	} else {
 		win.reads[target] = true // reads are flushed at the next synchronization
 	}

@@ -77,7 +77,9 @@ func (win *Window[T]) waitInflight(target int, deadline *time.Time) error {
 // running: the caller then runs it without the window's mutex and calls
 // endAtomics(target) when it has finished.
 func (win *Window[T]) beginAtomics(target, disp, count int) error {
-	win.mu.Lock()
+	if err := win.lockReady(target); err != nil {
+		return err
+	}
 	defer win.mu.Unlock()
 	if err := win.check(target, disp, count); err != nil || count == 0 {
 		return err

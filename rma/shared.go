@@ -54,6 +54,13 @@ func (win *Window[T]) SharedSegment(r int) ([]T, error) {
 	if r == win.w.Rank() {
 		return win.local, nil
 	}
+	// Loads and stores into the segment pass no fence check: from now on
+	// the window's fences await their second round (sync/fence/lazy.go),
+	// and one deferred already is awaited here.
+	win.fence.SetEager()
+	if _, err := win.fence.Settle(); err != nil {
+		return nil, win.wrapf(err, "SharedSegment(%d)", r)
+	}
 	rw := win.remotes[r]
 	if rw.count == 0 {
 		return nil, nil

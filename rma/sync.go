@@ -106,7 +106,6 @@ func (win *Window[T]) Fence(assert Assert) error {
 			}
 		}
 	}
-	puts := win.puts
 	win.puts, win.ops = false, false
 	win.mu.Unlock()
 	var err error
@@ -114,12 +113,15 @@ func (win *Window[T]) Fence(assert Assert) error {
 	// requires of both): the fence neither ends nor starts an epoch with
 	// operations, so it synchronizes nothing and sends nothing.
 	if assert&(NoPrecede|NoSucceed) != NoPrecede|NoSucceed {
-		err = win.fence.Sync(win.flushes, puts)
+		// Operations cannot start while the fence runs (the state is
+		// closing): putTo is read here and cleared below.
+		err = win.fence.SyncTo(win.flushes, win.putTo)
 	}
 	if err == nil {
 		err = win.w.drainStage()
 	}
 	win.mu.Lock()
+	clear(win.putTo)
 	win.leave(&tr, err == nil)
 	if err != nil {
 		return win.wrapf(err, "Fence")
@@ -286,7 +288,9 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	if typ != Exclusive && typ != Shared {
 		return win.errf(ErrLockType, "Lock(%d, %v): use rma.Exclusive or rma.Shared", target, typ)
 	}
-	win.mu.Lock()
+	if err := win.lockSettled("Lock"); err != nil {
+		return err
+	}
 	defer win.mu.Unlock()
 	if err := win.syncCheck("Lock", target); err != nil {
 		return err
@@ -363,7 +367,9 @@ func (win *Window[T]) Unlock(target int) error {
 // LockAll or a lock on any rank, it waits until they are released, bounded
 // by the fabric's timeout.
 func (win *Window[T]) LockAll(assert Assert) error {
-	win.mu.Lock()
+	if err := win.lockSettled("LockAll"); err != nil {
+		return err
+	}
 	defer win.mu.Unlock()
 	tr := transition{kind: kindLockAll, assert: assert}
 	if err := win.enter(&tr); err != nil {
@@ -473,7 +479,9 @@ func (win *Window[T]) Post(group []int, assert Assert) error {
 // waits are bounded by the fabric's timeout. It fails with
 // ErrEpochConflict inside a fence or passive-target epoch.
 func (win *Window[T]) Start(group []int, assert Assert) error {
-	win.mu.Lock()
+	if err := win.lockSettled("Start"); err != nil {
+		return err
+	}
 	defer win.mu.Unlock()
 	if err := win.checkGroup("Start", group); err != nil {
 		return err

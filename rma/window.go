@@ -95,6 +95,7 @@ type Window[T Number] struct {
 	ops     bool          // operations issued since the last synchronization
 	puts    bool          // puts issued since the last synchronization
 	reads   []bool        // per rank: reads or atomics to flush at the next synchronization
+	putTo   []bool        // per rank: puts or atomics into its window since the last fence
 	inGroup []bool        // per rank: checkGroup's scratch, all false between calls
 	flushes []int         // scratch for the fence
 	cflush  []int         // scratch for Complete
@@ -275,6 +276,7 @@ func (win *Window[T]) setup(failed error) error {
 	w.track(win, leftover{quiesce: win.quiesce, release: win.release})
 	win.fence = fence.New(w.f, win.id)
 	win.reads = make([]bool, size)
+	win.putTo = make([]bool, size)
 	win.inGroup = make([]bool, size)
 	win.ep.init(size)
 	if win.ctrl, err = control.New(w.f); err != nil {
@@ -282,6 +284,7 @@ func (win *Window[T]) setup(failed error) error {
 		return err
 	}
 	win.locks, win.pscw = newProtocols(win.ctrl, win.id)
+	win.fence.UseControl(win.ctrl)
 	win.flushes = make([]int, 0, size)
 	win.cflush = make([]int, 0, size)
 	return nil
@@ -447,5 +450,5 @@ func (win *Window[T]) opsOn(target int) { win.ops = true }
 // memory (the fence's second round must run) and are flushed at the next
 // synchronization, like reads.
 func (win *Window[T]) atomicsOn(target int) {
-	win.ops, win.puts, win.reads[target] = true, true, true
+	win.ops, win.puts, win.reads[target], win.putTo[target] = true, true, true, true
 }

@@ -150,6 +150,26 @@ func (f *Fabric) AwaitNotesGrace(tag uint32, count int, from func(yield func(int
 	return err
 }
 
+// AwaitNoteFrom waits until a notification with tag from rank r has
+// arrived, blocking in the completion queues, and consumes it. It fails
+// at once if r's connection fails before its notification arrived (one
+// that notified and then left counts), or on timeout.
+func (f *Fabric) AwaitNoteFrom(tag uint32, r int) error {
+	op := waitOp{what: "notification wait", rank: r, tags: [2]uint32{tag}, ntags: 1, count: 1}
+	err := f.waitFor(func() bool {
+		t := f.notes[tag]
+		return t != nil && t.from[r] > 0
+	}, op, nil)
+	if err == nil {
+		f.mu.Lock()
+		t := f.notes[tag]
+		t.from[r]--
+		t.n--
+		f.mu.Unlock()
+	}
+	return err
+}
+
 // AwaitNoteEach waits until a notification with tag has arrived from each
 // rank of ranks, consuming none, blocking in the completion queues as the
 // fabric's other waits do. A rank of ranks whose connection ends before

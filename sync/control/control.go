@@ -23,13 +23,21 @@ const (
 	// and exclusive locks apart without touching every rank, counting the
 	// holders and waiters of each (sync/lock describes its fields).
 	Global = 1
-	// Words 2 to 15 are unused. PSCW and fence keep no words here: they
-	// synchronize with notes.
+	// FenceMasks is the first of the fence's put masks (sync/fence's
+	// lazy.go), two words per sender s < MaxMaskRanks, alternating
+	// between fences: FenceMasks + 2*s + fence parity holds the set of
+	// ranks s put into in that fence's epoch (bit r: rank r). PSCW keeps
+	// no words here: it synchronizes with notes.
+	FenceMasks = 2
 
 	// LockBase is the first of the lock protocol's result words
 	// (LockResult).
 	LockBase = 16
 )
+
+// MaxMaskRanks is the largest job whose fences keep put masks in the
+// control words between FenceMasks and LockBase.
+const MaxMaskRanks = (LockBase - FenceMasks) / 2
 
 // LockSlotWords is the number of result words per lock target (and for
 // lock_all): two for the awaited atomics of a Lock or Unlock, and one each
@@ -60,6 +68,10 @@ type Region struct {
 
 // Load reads this rank's word i atomically.
 func (c *Region) Load(i int) uint64 { return atomic.LoadUint64(&c.words[i]) }
+
+// Store writes this rank's word i atomically (a source for a write to
+// peers' words).
+func (c *Region) Store(i int, v uint64) { atomic.StoreUint64(&c.words[i], v) }
 
 // LocalAt is the registered address of this rank's word i, for atomics'
 // results.

@@ -16,6 +16,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
 )
 
@@ -36,7 +37,11 @@ const DisseminationMin = 8
 type Fence struct {
 	f     *transport.Fabric
 	id    uint16
-	round uint32 // barrier rounds so far: consecutive rounds alternate tags
+	// Fences run so far: a fence's notifications carry its parity, and a
+	// rank is never more than one fence ahead of another (it cannot pass
+	// round one of the next before every rank has ended round one of
+	// this), so an early notification never counts for the wrong fence.
+	n uint32
 
 	// The running dissemination step's sender, and the iterator that tells
 	// the fabric's wait which ranks to watch (bound once: no allocation
@@ -48,6 +53,9 @@ type Fence struct {
 	// first (reused: no allocation per fence).
 	before, after []int
 	sent          []bool
+
+	c  *control.Region // UseControl: the put masks' words (lazy.go)
+	lz lazy            // a second round awaited lazily (lazy.go)
 }
 
 // New returns the fence of the window with the given id (equal on every rank).
@@ -57,6 +65,25 @@ func New(f *transport.Fabric, id uint16) *Fence {
 	return x
 }
 
+// Sync runs one fence, its second round (if any) awaited before it
+// returns; SyncTo says more.
+func (x *Fence) Sync(flush []int, put bool) error { return x.run(flush, put, nil) }
+
+// SyncTo runs one fence; putTo says, per rank, whether this rank put data
+// into that rank's window (or changed it with atomics) since the last
+// fence. On a window whose fence has control words (UseControl), with 3
+// to DisseminationMin-1 ranks, the second round is then awaited lazily and
+// only where a third rank put (lazy.go).
+func (x *Fence) SyncTo(flush []int, putTo []bool) error {
+	put := false
+	for _, p := range putTo {
+		put = put || p
+	}
+	return x.run(flush, put, putTo)
+}
+
+// run is Sync and SyncTo.
+//
 // Sync runs one fence. flush lists the ranks with reads or atomics to
 // complete; put says whether this rank put data since the last fence.
 //
@@ -68,7 +95,12 @@ func New(f *transport.Fabric, id uint16) *Fence {
 // goes on half a round trip sooner (2 ranks: the target of a get is
 // released by the notification that follows the get). Reads on other
 // providers (a NIC's) complete before any notification.
-func (x *Fence) Sync(flush []int, put bool) error {
+func (x *Fence) run(flush []int, put bool, putTo []bool) error {
+	if _, err := x.Settle(); err != nil {
+		return err
+	}
+	x.n++
+	base := transport.MakeTag(transport.TagFence, x.id, x.n)
 	x.before, x.after = x.before[:0], x.after[:0]
 	for _, r := range flush {
 		if r != x.f.Rank() && x.f.ReadsBeforeRecv(r) {
@@ -80,15 +112,24 @@ func (x *Fence) Sync(flush []int, put bool) error {
 	if err := x.f.FlushRanks(x.before); err != nil {
 		return err
 	}
-	anyPut, err := x.barrier(put, x.after)
+	lazy := putTo != nil && x.lazyOK()
+	if lazy {
+		if err := x.sendMask(putTo); err != nil {
+			return err
+		}
+	}
+	anyPut, err := x.barrier(base, put, x.after)
 	if err != nil || !anyPut || x.f.Size() <= 2 {
 		return err
 	}
 	if x.f.Size() < DisseminationMin {
-		_, err = x.barrier(false, nil)
+		if lazy {
+			return x.defer2(base | 1<<stepShift)
+		}
+		_, err = x.barrier(base|1<<stepShift, false, nil)
 		return err
 	}
-	return x.disseminate()
+	return x.disseminate(base)
 }
 
 // disseminate is a barrier in ceil(log2 size) steps: at step k (d = 2^k)
@@ -96,11 +137,9 @@ func (x *Fence) Sync(flush []int, put bool) error {
 // that after the last step every rank has heard, directly or through
 // others, from every rank. It orders nothing: round one has already
 // delivered every put.
-func (x *Fence) disseminate() error {
-	x.round++
+func (x *Fence) disseminate(base uint32) error {
 	f := x.f
 	n, me := f.Size(), f.Rank()
-	base := transport.MakeTag(transport.TagFence, x.id, x.round)
 	steps := bits.Len(uint(n - 1)) // ceil(log2 n)
 	step := uint32(1)
 	for d := 1; d < n; d, step = 2*d, step+1 {
@@ -148,9 +187,7 @@ func (x *Fence) watch(yield func(int) bool) {
 // from each. It reports whether any rank flagged a put. The ranks of first
 // are notified first, and the others once the reads and atomics to the
 // ranks of first have completed (see Sync).
-func (x *Fence) barrier(put bool, first []int) (bool, error) {
-	x.round++
-	tag := transport.MakeTag(transport.TagFence, x.id, x.round)
+func (x *Fence) barrier(tag uint32, put bool, first []int) (bool, error) {
 	mine := tag
 	if put {
 		mine |= putBit

@@ -83,7 +83,7 @@ func TestDisseminationDeadPeer(t *testing.T) {
 		if r.Me() == 3 {
 			// Round one with a put, so that the second round runs; then
 			// leave during it.
-			if _, err := x.barrier(true, nil); err != nil {
+			if _, err := x.barrier(transport.MakeTag(transport.TagFence, 9, 1), true, nil); err != nil {
 				return err
 			}
 			return r.F.Close()
