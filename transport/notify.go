@@ -152,14 +152,16 @@ func (f *Fabric) AwaitNotesGrace(tag uint32, count int, from func(yield func(int
 
 // AwaitNoteFrom waits until a notification with tag from rank r has
 // arrived, blocking in the completion queues, and consumes it. It fails
-// at once if r's connection fails before its notification arrived (one
-// that notified and then left counts), or on timeout.
+// as AwaitNotes does with from yielding r: at once if r fails or leaves
+// before its notification arrived, and after the timeout only once the
+// grace for failure notices has passed (r may be stuck on a rank that
+// failed, whose notice then names it).
 func (f *Fabric) AwaitNoteFrom(tag uint32, r int) error {
-	op := waitOp{what: "notification wait", rank: r, tags: [2]uint32{tag}, ntags: 1, count: 1}
+	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{tag}, ntags: 1, count: 1}
 	err := f.waitFor(func() bool {
 		t := f.notes[tag]
 		return t != nil && t.from[r] > 0
-	}, op, nil)
+	}, op, func(yield func(int) bool) { yield(r) })
 	if err == nil {
 		f.mu.Lock()
 		t := f.notes[tag]

@@ -35,8 +35,8 @@ const DisseminationMin = 8
 
 // Fence is one window's fence protocol: its id and its rounds so far.
 type Fence struct {
-	f     *transport.Fabric
-	id    uint16
+	f  *transport.Fabric
+	id uint16
 	// Fences run so far: a fence's notifications carry its parity, and a
 	// rank is never more than one fence ahead of another (it cannot pass
 	// round one of the next before every rank has ended round one of
