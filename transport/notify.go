@@ -152,16 +152,28 @@ func (f *Fabric) AwaitNotesGrace(tag uint32, count int, from func(yield func(int
 
 // AwaitNoteFrom waits until a notification with tag from rank r has
 // arrived, blocking in the completion queues, and consumes it. It fails
-// as AwaitNotes does with from yielding r: at once if r fails or leaves
-// before its notification arrived, and after the timeout only once the
-// grace for failure notices has passed (r may be stuck on a rank that
-// failed, whose notice then names it).
+// at once if r fails or leaves before its notification arrived, or if any
+// other rank fails (not one that left in order): r may be stuck on it. On
+// timeout it waits the grace for failure notices before it blames r, as
+// AwaitNotes does.
 func (f *Fabric) AwaitNoteFrom(tag uint32, r int) error {
+	var failed error
 	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{tag}, ntags: 1, count: 1}
-	err := f.waitFor(func() bool {
-		t := f.notes[tag]
-		return t != nil && t.from[r] > 0
+	err := f.waitFor(func() bool { // f.mu held
+		if t := f.notes[tag]; t != nil && t.from[r] > 0 {
+			return true
+		}
+		for s := range f.size {
+			if e := f.Err(s); s != f.rank && e != nil && !errors.Is(e, ErrPeerGone) {
+				failed = fmt.Errorf("notification wait: rank %d failed: %w", s, e)
+				return true
+			}
+		}
+		return false
 	}, op, func(yield func(int) bool) { yield(r) })
+	if err == nil && failed != nil {
+		return failed
+	}
 	if err == nil {
 		f.mu.Lock()
 		t := f.notes[tag]
