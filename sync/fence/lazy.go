@@ -134,6 +134,21 @@ func (x *Fence) defer2(tag uint32) error {
 	return nil
 }
 
+// lockPending takes z.mu and returns the pending round's tag, if a round
+// two is pending (no lock taken otherwise, nor any when none is).
+func (z *lazy) lockPending() (uint32, bool) {
+	if z.pending.Load() == 0 {
+		return 0, false
+	}
+	z.mu.Lock()
+	tag := z.pending.Load()
+	if tag == 0 {
+		z.mu.Unlock()
+		return 0, false
+	}
+	return tag, true
+}
+
 // Gen identifies the deferred second round (it changes when a fence
 // defers a new one): a caller that made a rank ready and then took a lock
 // compares it to know that no fence ran in between. Safe for concurrent
@@ -145,13 +160,12 @@ func (x *Fence) Gen() uint64 { return x.lz.gen.Load() }
 // returns the generation it waited for. Safe for concurrent use.
 func (x *Fence) Ready(r int) (uint64, error) {
 	z := &x.lz
-	if z.pending.Load() == 0 {
+	tag, ok := z.lockPending()
+	if !ok {
 		return z.gen.Load(), nil
 	}
-	z.mu.Lock()
 	defer z.mu.Unlock()
-	tag := z.pending.Load()
-	if tag == 0 || !z.wait[r] || z.ready[r] {
+	if !z.wait[r] || z.ready[r] {
 		return z.gen.Load(), nil
 	}
 	if err := x.f.AwaitNoteFrom(tag, r); err != nil {
@@ -167,15 +181,11 @@ func (x *Fence) Ready(r int) (uint64, error) {
 // concurrent use.
 func (x *Fence) Settle() (uint64, error) {
 	z := &x.lz
-	if z.pending.Load() == 0 {
+	tag, ok := z.lockPending()
+	if !ok {
 		return z.gen.Load(), nil
 	}
-	z.mu.Lock()
 	defer z.mu.Unlock()
-	tag := z.pending.Load()
-	if tag == 0 {
-		return z.gen.Load(), nil
-	}
 	z.missing = z.missing[:0]
 	for r, w := range z.wait {
 		if w && !z.ready[r] {
