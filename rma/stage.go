@@ -28,6 +28,7 @@ type staged struct {
 	seq    uint64
 	dst    []byte // Get: where the data goes once it has landed
 	pad    int    // bytes skipped at the ring's end before this piece
+	taken  bool   // a put whose payload the provider took at post: no wait
 }
 
 func newStager(w *World) (*stager, error) {
@@ -65,7 +66,10 @@ func (s *stager) take(n int) (off int, pad int, err error) {
 // data out.
 func (s *stager) retire() error {
 	p := s.fifo[0]
-	err := s.w.f.Await(p.rank, p.seq)
+	var err error
+	if !p.taken {
+		err = s.w.f.Await(p.rank, p.seq)
+	}
 	if err == nil && p.dst != nil {
 		copy(p.dst, s.reg.Bytes()[p.off:p.off+p.n])
 	}
@@ -104,7 +108,18 @@ func (s *stager) put(r int, b []byte, remote transport.Remote) (last uint64, err
 			s.used -= pad + n
 			return 0, err
 		}
-		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad})
+		switch {
+		case !s.w.f.CopiesPayload(r):
+			s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad})
+		case len(s.fifo) == 0:
+			// The provider took the bytes at post and nothing else is in
+			// flight: the ring is empty again.
+			s.head, s.used = 0, 0
+		default:
+			// Taken at post, but pieces are released in order: this one
+			// goes with the older ones, without a wait of its own.
+			s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad, taken: true})
+		}
 		b = b[n:]
 		remote.Addr += uint64(n)
 		last = seq

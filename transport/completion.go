@@ -159,6 +159,15 @@ func (f *Fabric) ReadsBeforeRecv(r int) bool {
 	return p != nil && p.c != nil && p.c.readsFirst
 }
 
+// CopiesPayload reports whether rank r's provider has taken a write's
+// payload when the post returns (verbs.DeviceAttr.PostCopiesPayload): the
+// source buffer may then be reused at once, and a write is locally
+// complete without waiting for its completion.
+func (f *Fabric) CopiesPayload(r int) bool {
+	p := f.peers[r].Load()
+	return p != nil && p.c != nil && p.c.copies
+}
+
 // PostFlushes posts the request that a later Flush or FlushRanks of each
 // rank of ranks waits for, without waiting.
 func (f *Fabric) PostFlushes(ranks []int) {

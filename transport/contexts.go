@@ -53,6 +53,9 @@ type pctx struct {
 	// readsFirst: its responder delivers a notification only after the
 	// reads and atomics before it (verbs.DeviceAttr.ReadsBeforeRecv).
 	readsFirst bool
+	// copies: PostSend has taken a write's payload when it returns
+	// (verbs.DeviceAttr.PostCopiesPayload).
+	copies bool
 }
 
 // shmName is the node-local provider's registered name.
@@ -138,6 +141,7 @@ func (f *Fabric) addContext(name string, ctx verbs.Context) *pctx {
 	c.prog, _ = ctx.(verbs.Progresser)
 	c.atPost = ctx.Attr().CompletesAtPost
 	c.readsFirst = ctx.Attr().ReadsBeforeRecv
+	c.copies = ctx.Attr().PostCopiesPayload
 	f.ctxs = append(f.ctxs, c)
 	f.multi = len(f.ctxs) > 1
 	if c.prog != nil {
