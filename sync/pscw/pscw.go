@@ -126,27 +126,30 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 
 // Complete ends the access epoch (MPI_Win_complete): it sends each target
 // one notification, behind this rank's puts to it on the same queue pair
-// (so the target sees them when it takes the notification). With the soft
-// provider it returns at once (its puts are locally complete once posted);
-// otherwise the notifications are signalled, all posted before any is
-// awaited, and Complete returns when they have completed (the puts'
-// origin buffers are then free). The caller has flushed its gets and
+// (so the target sees them when it takes the notification). A target
+// whose provider takes payloads at post (transport.Fabric.CopiesPayload:
+// soft, shm) is notified without a wait (its puts are locally complete
+// once posted); the others' notifications are signalled, all posted
+// before any is awaited, and Complete returns when they have completed
+// (the puts' origin buffers are then free). The caller has flushed its gets and
 // fetching atomics to the group before.
 func (p *PSCW) Complete() error {
 	if p.err != nil {
 		return p.err
 	}
-	if p.f.Device().PostCopiesPayload {
-		for _, t := range p.access {
-			if err := p.f.Notify(t, p.completeTag); err != nil {
-				return fmt.Errorf("pscw: complete to rank %d: %w", t, err)
-			}
-		}
-		return nil
-	}
 	var err error
 	n := 0
 	for i, t := range p.access {
+		if p.f.CopiesPayload(t) {
+			// Its puts are locally complete once posted: nothing to wait for.
+			if e := p.f.Notify(t, p.completeTag); e != nil {
+				err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
+				break
+			}
+			p.seqs[i] = 0
+			n = i + 1
+			continue
+		}
 		seq, e := p.f.NotifySignaled(t, p.completeTag)
 		if e != nil {
 			err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
@@ -156,6 +159,9 @@ func (p *PSCW) Complete() error {
 		n = i + 1
 	}
 	for i, t := range p.access[:n] {
+		if p.seqs[i] == 0 {
+			continue
+		}
 		if e := p.f.Await(t, p.seqs[i]); e != nil && err == nil {
 			err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
 		}
