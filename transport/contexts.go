@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/rmago/rmago/internal/config"
@@ -86,7 +87,13 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 			notice("rmago: " + msg)
 		}
 	}
+	topo, err := TopologyOf(b)
+	if err != nil {
+		return err
+	}
+	f.shareCores = topo.NodeSize() > runtime.NumCPU()
 	cfg := providerConfig(b, s, f.timeout)
+	cfg.ShareCores = f.shareCores
 	f.via = make([]uint8, f.size)
 	if s.Provider != "" && s.Provider != "auto" {
 		ch, err := selectProvider(s.Provider, s.Device, cfg)
@@ -95,10 +102,6 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 		}
 		f.addContext(ch.Provider, ch.Context)
 		return nil
-	}
-	topo, err := TopologyOf(b)
-	if err != nil {
-		return err
 	}
 	allLocal := topo.NumNodes() == 1
 	shm, shmErr := selectProvider(shmName, "", cfg)
@@ -146,6 +149,9 @@ func (f *Fabric) addContext(name string, ctx verbs.Context) *pctx {
 	f.multi = len(f.ctxs) > 1
 	if c.prog != nil {
 		f.progs = append(f.progs, c.prog)
+	}
+	if !c.atPost {
+		f.engines = true
 	}
 	return c
 }

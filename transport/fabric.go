@@ -121,8 +121,13 @@ type Fabric struct {
 	scanMask uint8              // waitMask's finding; under mu (waitcq.go)
 	maskFn   func(int) bool     // f.addMask, bound once
 	progs    []verbs.Progresser // the contexts software drives
-	lkeys    atomic.Pointer[[]keySet]
-	ltab     lkeyTable
+	// shareCores: this node runs more ranks than it has cores
+	// (verbs.Config.ShareCores). engines: some context's requests are run
+	// by an agent other than the posting thread (a NIC, or Soft-RoCE in
+	// the kernel), which a spinning wait must leave a core to.
+	shareCores, engines bool
+	lkeys               atomic.Pointer[[]keySet]
+	ltab                lkeyTable
 
 	// Lazy connections (connect.go): a context's cm (nil: every peer it
 	// serves was connected at Open) and listen (every rank's listening

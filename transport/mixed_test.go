@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -247,5 +248,32 @@ func TestMixedShmFallbackNotice(t *testing.T) {
 	}
 	if len(fallback) != 1 || !strings.Contains(fallback[0], "shm refused by the test") || !strings.Contains(fallback[0], "node-local peers use the soft provider") || strings.Contains(fallback[0], "\n") {
 		t.Fatalf("notices %q", notices)
+	}
+}
+
+// TestShareCores: a rank whose node runs more ranks than the machine has
+// cores yields its core while it spins (Fabric.shareCores, passed to the
+// providers as verbs.Config.ShareCores); a rank alone on its node keeps it.
+func TestShareCores(t *testing.T) {
+	cpus := runtime.NumCPU()
+	if cpus > 8 {
+		t.Skipf("%d cores: a crowded pretend node would take %d ranks", cpus, cpus+1)
+	}
+	ids := []string{"alone"}
+	for range cpus + 1 {
+		ids = append(ids, "crowded")
+	}
+	var mu sync.Mutex
+	got := make([]bool, len(ids))
+	openMixed(t, ids, func(f *Fabric) error {
+		mu.Lock()
+		got[f.Rank()] = f.shareCores
+		mu.Unlock()
+		return nil
+	})
+	for r, share := range got {
+		if want := ids[r] == "crowded"; share != want {
+			t.Errorf("rank %d on node %q: shareCores %v, want %v", r, ids[r], share, want)
+		}
 	}
 }

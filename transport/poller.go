@@ -45,9 +45,10 @@ func (f *Fabric) EndProgress() {
 //     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
 //     100 µs (an idle rank then costs next to no CPU);
 //   - on hardware (and shm), where memory changes by itself, it yields to
-//     goroutines for a few polls, then to other processes (sched_yield)
-//     for LocalSpin, and then sleeps the shortest sleep Go offers between
-//     polls:
+//     goroutines for a few polls, then for LocalSpin to other processes
+//     (sched_yield) if the node has more ranks than cores or a NIC or
+//     kernel engine needs the CPU (to goroutines only otherwise), and
+//     then sleeps the shortest sleep Go offers between polls:
 //     longer sleeps are stretched by the timer (to about a millisecond in
 //     the Soft-RoCE VM, which made a lock ping-pong 4 times slower), and
 //     spinning would take CPU from the peers and, on Soft-RoCE, from the
@@ -122,13 +123,21 @@ func (w *Poller) Pause() bool {
 		case w.polls < hwYields:
 			runtime.Gosched()
 		case w.spinEnd.IsZero() || now.Before(w.spinEnd):
-			// Then yield the core to other processes (peers on this node,
-			// the kernel's RDMA engine) for LocalSpin: Go's shortest sleep
-			// lasts up to a millisecond when nothing else runs.
+			// Then, for LocalSpin, yield the core to other processes
+			// (peers on this node, the kernel's RDMA engine) where they
+			// need it: Go's shortest sleep lasts up to a millisecond when
+			// nothing else runs. With a core per rank and no engine to
+			// leave one to (shm), keep it: a yield may hand it to an
+			// unrelated thread for a whole time slice (a shm lock round
+			// trip took 27 µs instead of 3 in one run of three).
 			if w.spinEnd.IsZero() {
 				w.spinEnd = now.Add(LocalSpin)
 			}
-			syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			if w.f.shareCores || w.f.engines {
+				syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			} else {
+				runtime.Gosched()
+			}
 		default:
 			time.Sleep(time.Microsecond)
 		}

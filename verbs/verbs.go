@@ -252,6 +252,12 @@ type Config struct {
 	// ShmSpin (shm provider) is how long CQ.Wait polls before it sleeps
 	// on its futex. 0: the provider's default; negative: sleep at once.
 	ShmSpin time.Duration
+	// ShareCores: the node runs more ranks than it has cores, so a
+	// waiting rank that spins gives its core to other processes between
+	// polls (sched_yield); with a core per rank it keeps it, since a
+	// yield can hand the core to an unrelated thread for a time slice
+	// (shm provider).
+	ShareCores bool
 	// ShmNoCMA (shm provider): reach a peer's memory that is not shared
 	// (a created window) through the peer's socket, not with
 	// cross-memory attach (process_vm_readv/writev).

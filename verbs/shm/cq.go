@@ -187,11 +187,13 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 		}
 		if now.Before(spinEnd) {
 			// The completion comes from another process: past the pure
-			// spin, give it the core if it waits for one (Gosched yields
-			// only to this process's goroutines, so do it now and then).
+			// spin, give it the core if it may wait for one (more ranks
+			// than cores: sched_yield, as Gosched yields only to this
+			// process's goroutines); with a core per rank, let this
+			// process's goroutines run but keep the core.
 			switch {
 			case now.Before(pureEnd):
-			case i&7 == 7:
+			case i&7 == 7 || !q.ctx.shareCores:
 				runtime.Gosched()
 			default:
 				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)

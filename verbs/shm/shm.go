@@ -138,6 +138,7 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 		qps: map[uint32]*qp{}, cqs: map[*cq]struct{}{}, pid: os.Getpid(),
 	}
 	c.notShared = reachVM
+	c.shareCores = cfg.ShareCores
 	if cfg.ShmNoCMA {
 		c.notShared = reachSock
 	}
@@ -167,6 +168,9 @@ type device struct {
 	// reachSock with verbs.Config.ShmNoCMA.
 	notShared uint8
 	spin      time.Duration // CQ.Wait's polling before it sleeps (verbs.Config.ShmSpin)
+	// shareCores: CQ.Wait's spin yields the core to other processes
+	// (verbs.Config.ShareCores).
+	shareCores bool
 
 	// Regions: the shared table peers check, and this process's view.
 	tabMem  *memfd.Mem
