@@ -134,7 +134,7 @@ func (w *Poller) Pause() bool {
 				w.spinEnd = now.Add(LocalSpin)
 			}
 			if w.f.shareCores || w.f.engines {
-				syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			} else {
 				runtime.Gosched()
 			}

@@ -36,9 +36,11 @@ func wait(w *atomic.Uint32, v uint32, d time.Duration) {
 	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWait, uintptr(v), uintptr(unsafe.Pointer(ts)), 0, 0)
 }
 
-// wake wakes every sleeper on w.
+// wake wakes every sleeper on w. It never blocks, so it is made without
+// telling the Go scheduler (RawSyscall), which would otherwise be free to
+// hand this goroutine's processor to another thread meanwhile.
 func wake(w *atomic.Uint32) {
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<31-1), 0, 0, 0)
 }
 
 // remoteIovec is a struct iovec naming memory of another process.

@@ -130,7 +130,7 @@ func (s *rxStream) sysRead(p []byte) (int, error) {
 			q.fdMu.RUnlock()
 			return 0, net.ErrClosed
 		}
-		n, err := syscall.Read(s.fd, p)
+		n, err := rawRead(s.fd, p)
 		q.fdMu.RUnlock()
 		switch {
 		case n > 0:
@@ -155,7 +155,7 @@ func (s *rxStream) sysRead(p []byte) (int, error) {
 // data that came before it is seen by the peek, data after it wakes it.
 func (s *rxStream) readableFn(fd uintptr) bool {
 	for {
-		_, _, e := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.peek[0])), 1,
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.peek[0])), 1,
 			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case syscall.EINTR:
@@ -285,7 +285,7 @@ func (s *rxStream) inq() int {
 		return 0
 	}
 	var n int32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(s.fd), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_IOCTL, uintptr(s.fd), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); e != 0 {
 		return 0
 	}
 	return int(n)
@@ -448,4 +448,21 @@ func (q *qp) step(fr frameReader) bool {
 		return false
 	}
 	return true
+}
+
+// rawRead is read(2) on a non-blocking socket, made without telling the
+// Go scheduler (syscall.RawSyscall): it never blocks, and a polling
+// goroutine makes many of them, each of which would otherwise let the
+// runtime hand the goroutine's processor to another thread (and wake one)
+// while it runs.
+func rawRead(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }

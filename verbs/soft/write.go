@@ -109,10 +109,11 @@ func (q *qp) lost(err error) error {
 }
 
 // writevOnce is writeNow's function for rc.Write: one writev(2) that never
-// waits (it returns true whatever happened, and records what was written).
+// waits (it returns true whatever happened, and records what was written),
+// made without telling the scheduler, as rawRead is.
 func (q *qp) writevOnce(fd uintptr) bool {
 	for {
-		k, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&q.iov[0])), uintptr(q.iovN))
+		k, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&q.iov[0])), uintptr(q.iovN))
 		if e == syscall.EINTR {
 			continue
 		}
