@@ -34,7 +34,7 @@ func TestAsProcesses(t *testing.T) {
 		n   string
 		run string
 	}{
-		{"2", "TestPutGetSizes|TestZeroLengthWindows|TestEpochMisuse|TestPSCWRing"},
+		{"2", "TestPutGetSizes|TestZeroLengthWindows|TestEpochMisuse|TestPSCWRing|TestCompleteGetThenOverwrite"},
 		{"3", "TestPutGetTypes|TestBadInput|TestAccumulateOps|TestFenceGetThenOverwrite"},
 		{"4", "TestPutGetRanks|TestAccumulateSumCounter|TestFetchAndOp|TestCompareAndSwapMutex|TestSharedReaders|TestLockAllFlushLoop|TestRequestsOutOfOrder"},
 		{"5", "TestAllToAllDisplacements|TestExclusiveLockCounter|TestPSCWStar"},

@@ -21,7 +21,7 @@ type pscwProtocol interface {
 	PostNoCheck(group []int) error
 	Start(group []int) error
 	StartNoCheck(group []int) error
-	Complete() error
+	CompleteFlushing(after []int) error
 	Wait() error
 	Test() (bool, error)
 	Close() error

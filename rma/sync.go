@@ -530,7 +530,8 @@ func (win *Window[T]) Complete() error {
 	p := win.pscw
 	// Reads to a rank whose provider orders them before a notification
 	// (ReadsBeforeRecv) complete after the completion notification is
-	// posted, the waits overlapping; the others before it.
+	// posted, the waits overlapping (the notification, signalled, is the
+	// flush); the others before it.
 	f := win.w.f
 	win.cafter = win.cafter[:0]
 	n := 0
@@ -545,9 +546,12 @@ func (win *Window[T]) Complete() error {
 	win.cflush = win.cflush[:n]
 	win.mu.Unlock()
 	err := f.FlushRanks(win.cflush)
-	f.PostFlushes(win.cafter)
 	if err == nil {
-		err = p.Complete()
+		// The notifications to cafter are signalled: the flush below waits
+		// for them.
+		err = p.CompleteFlushing(win.cafter)
+	} else {
+		f.PostFlushes(win.cafter)
 	}
 	if ferr := f.FlushRanks(win.cafter); err == nil {
 		err = ferr

@@ -199,7 +199,10 @@ func (x *Fence) barrier(tag uint32, put bool, first []int) (bool, error) {
 		}
 		for _, r := range first {
 			x.sent[r] = true
-			if err := f.Notify(r, mine); err != nil {
+			// Signalled: its completion implies the reads' before it,
+			// so the flush below needs no request of its own (one write
+			// to the socket, not two, on soft).
+			if _, err := f.NotifySignaled(r, mine); err != nil {
 				clear(x.sent)
 				return false, err
 			}

@@ -44,6 +44,7 @@ type PSCW struct {
 	// Access side.
 	access []int    // the open epoch's group
 	seqs   []uint64 // Complete: sequence numbers, by index in access
+	sig    []bool   // CompleteFlushing: by rank, its notification is signalled
 }
 
 // New returns the PSCW protocol of the window whose control region is c
@@ -56,7 +57,7 @@ func New(c *control.Region, id uint16) *PSCW {
 		postTag:     transport.MakeTag(transport.TagPost, id, 0),
 		completeTag: transport.MakeTag(transport.TagComplete, id, 0),
 		exposure:    make([]int, 0, n), missing: make([]int, 0, n),
-		access: make([]int, 0, n), seqs: make([]uint64, n),
+		access: make([]int, 0, n), seqs: make([]uint64, n), sig: make([]bool, n),
 	}
 }
 
@@ -133,13 +134,36 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 // before any is awaited, and Complete returns when they have completed
 // (the puts' origin buffers are then free). The caller has flushed its gets and
 // fetching atomics to the group before.
-func (p *PSCW) Complete() error {
+func (p *PSCW) Complete() error { return p.CompleteFlushing(nil) }
+
+// CompleteFlushing is Complete, with the notifications to the ranks of
+// after (reads to them still to be flushed) signalled and not awaited:
+// the caller's Flush of those ranks then waits for them, whose completion
+// implies the reads', instead of posting a request of its own.
+func (p *PSCW) CompleteFlushing(after []int) error {
 	if p.err != nil {
 		return p.err
 	}
+	for _, r := range after {
+		p.sig[r] = true
+	}
+	defer func() {
+		for _, r := range after {
+			p.sig[r] = false
+		}
+	}()
 	var err error
 	n := 0
 	for i, t := range p.access {
+		if p.sig[t] {
+			if _, e := p.f.NotifySignaled(t, p.completeTag); e != nil {
+				err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
+				break
+			}
+			p.seqs[i] = 0
+			n = i + 1
+			continue
+		}
 		if p.f.CopiesPayload(t) {
 			// Its puts are locally complete once posted: nothing to wait for.
 			if e := p.f.Notify(t, p.completeTag); e != nil {
