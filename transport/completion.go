@@ -75,6 +75,12 @@ func (f *Fabric) Test(r int, seq uint64) (bool, error) {
 		}
 	}
 	p.postMu.Unlock()
+	// Drive the providers too, not only the completion queues: a caller
+	// that tests in a loop may hold the only processor and never block.
+	for _, pg := range f.progs {
+		pg.Progress()
+	}
+	f.EndProgress()
 	f.mu.Lock()
 	if !f.polling {
 		if _, err := f.pollLocked(); err != nil {

@@ -17,6 +17,24 @@ import (
 // two trips through the socket, and still goes through the same agent as
 // the peers' accesses (the responder's code and sync/atomic).
 
+// loopPollEvery is how many loopback requests a process posts between two
+// runs of its receive engines by the poster (progress.loopPosted).
+const loopPollEvery = 16
+
+// loopPosted counts a request posted on a loopback queue pair, and every
+// loopPollEvery of them runs what the peers have sent, as a waiting
+// goroutine does. A goroutine whose requests all run on the loopback
+// queue pair never waits (they complete in PostSend), so nothing else may
+// run on the processor it holds (GOMAXPROCS=1, the share rmarun gives each
+// rank of a full node): a rank spinning on a compare-and-swap of its own
+// window's lock word would otherwise never let the reader goroutines run
+// the peer's release it waits for.
+func (g *progress) loopPosted() {
+	if g.loops.Add(1)%loopPollEvery == 0 {
+		g.pollAll()
+	}
+}
+
 // loopPeer returns the queue pair of this context that remote names, if
 // any.
 func (q *qp) loopPeer(remote verbs.Endpoint) *qp {

@@ -52,6 +52,7 @@ type progress struct {
 	waiters  atomic.Int32          // goroutines in cq.Wait that want the token
 	handover atomic.Bool           // a Progress caller wants the token
 	ncorked  atomic.Int32          // queue pairs with frames in their cork (coalesce.go)
+	loops    atomic.Uint32         // loopback requests posted (loopback.go)
 }
 
 const (
@@ -185,7 +186,11 @@ func (c *device) Progress() bool {
 	g := &c.prog
 	g.sendCorks()
 	if g.spinFor <= 0 {
-		return false
+		// Polling is off (more ranks than cores): no token, no spinning,
+		// but one pass over the queue pairs. A caller that polls in a loop
+		// (Request.Test, a flag) may hold the only processor (GOMAXPROCS=1)
+		// and never block, so the reader goroutines would not run.
+		return g.pollAll() > 0
 	}
 	switch g.token.Load() {
 	case spinWaiter: // a waiting goroutine polls: this one, or another

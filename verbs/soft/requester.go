@@ -50,6 +50,15 @@ func (q *qp) resolve(s verbs.SGE, need verbs.Access) (*region, []byte, error) {
 // with one doorbell; small unsignalled requests wait in the cork for the
 // next one that is sent (coalesce.go).
 func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
+	bad, err := q.postSend(first)
+	if q.loop != nil {
+		q.ctx.prog.loopPosted()
+	}
+	return bad, err
+}
+
+// postSend is PostSend under sendMu.
+func (q *qp) postSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	for wr := first; wr != nil; wr = wr.Next {
