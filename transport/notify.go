@@ -86,6 +86,22 @@ func (f *Fabric) Notify(r int, tag uint32) error {
 	return err
 }
 
+// NotifySoon is Notify for a notification the provider may hold briefly
+// to send with the requests that follow (verbs.Coalesce): on soft, until
+// this process next posts a request that leaves at once, polls or waits
+// on the fabric, or at most the provider's cork delay.
+func (f *Fabric) NotifySoon(r int, tag uint32) error {
+	p, err := f.peerOf(r)
+	if err != nil {
+		return fmt.Errorf("notifying rank %d: %w", r, err)
+	}
+	p.postMu.Lock()
+	defer p.postMu.Unlock()
+	p.noteWR = verbs.SendWR{Op: verbs.OpWriteImm, Imm: tag, Flags: verbs.Coalesce}
+	_, err = f.postLocked(p, &p.noteWR)
+	return err
+}
+
 // NotifySignaled is Notify as a signalled request: it returns the
 // sequence number to Wait for, whose completion says the notification and
 // every request posted to r before it have completed.

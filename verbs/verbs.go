@@ -527,6 +527,14 @@ const (
 	// Fence waits for earlier reads and atomics on the queue pair to
 	// complete before this request starts.
 	Fence
+	// Coalesce lets the provider hold an unsignalled zero-length write
+	// with immediate data (a notification) briefly, to send it with the
+	// requests that follow: the soft provider keeps it in its cork until
+	// a request it sends at once, a poll of or a wait on a completion
+	// queue of the context, or its cork delay (200 µs). Others send it at
+	// once. For notifications whose sender goes on to post more, such as
+	// PSCW's complete followed by the next post.
+	Coalesce
 )
 
 // SendWR is a send work request, as struct ibv_send_wr. Callers reuse their

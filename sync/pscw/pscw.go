@@ -165,8 +165,11 @@ func (p *PSCW) CompleteFlushing(after []int) error {
 			continue
 		}
 		if p.f.CopiesPayload(t) {
-			// Its puts are locally complete once posted: nothing to wait for.
-			if e := p.f.Notify(t, p.completeTag); e != nil {
+			// Its puts are locally complete once posted: nothing to wait
+			// for. The notification may wait to leave with what this
+			// rank sends next (on soft, the next Post's notification:
+			// one write to the socket, not two), or until it waits.
+			if e := p.f.NotifySoon(t, p.completeTag); e != nil {
 				err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
 				break
 			}

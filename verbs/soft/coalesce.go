@@ -41,8 +41,10 @@ const corkMax = 8 << 10
 const corkDelay = 200 * time.Microsecond
 
 // coalescable reports whether a request goes into the cork: an
-// unsignalled, unfenced write of at most corkMax bytes, or read.
-func coalescable(kind uint8, signaled, fenced bool, n uint64) bool {
+// unsignalled, unfenced write of at most corkMax bytes, or read, or a
+// notification (zero-length write with immediate data) posted with
+// verbs.Coalesce.
+func coalescable(kind uint8, signaled, fenced, coalesce bool, n uint64) bool {
 	if signaled || fenced {
 		return false
 	}
@@ -51,6 +53,8 @@ func coalescable(kind uint8, signaled, fenced bool, n uint64) bool {
 		return n <= corkMax
 	case kReqRead:
 		return true
+	case kReqWriteImm:
+		return coalesce && n == 0
 	}
 	return false
 }

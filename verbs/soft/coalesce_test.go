@@ -259,3 +259,70 @@ func TestRefusedInBatch(t *testing.T) {
 		t.Fatalf("target %q: only the first write may have executed", got)
 	}
 }
+
+// TestCoalescedNotification: a notification posted with verbs.Coalesce
+// waits in the cork (behind a small write), leaves with the next request
+// sent at once, ahead of it, and the receiver gets both in order, the
+// write's data visible at the first; alone, it reaches the peer at a
+// flush point (here a poll of the sender's completion queue). A
+// signalled one, or one with a payload, is sent at once.
+func TestCoalescedNotification(t *testing.T) {
+	a, b := corkedPair(t, 64)
+	for i := range 5 {
+		rwr := verbs.RecvWR{ID: uint64(10 + i)}
+		if _, err := b.qp.PostRecv(&rwr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copy(a.buf, "notified")
+	w := verbs.SendWR{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	n1 := verbs.SendWR{ID: 2, Op: verbs.OpWriteImm, Flags: verbs.Coalesce, Imm: 1}
+	w.Next = &n1
+	if _, err := a.qp.PostSend(&w); err != nil {
+		t.Fatal(err)
+	}
+	if got := corked(a); got != 2*hdrLen+8 {
+		t.Fatalf("cork holds %d bytes after a write and a coalesced notification, want %d", got, 2*hdrLen+8)
+	}
+	n2 := verbs.SendWR{ID: 3, Op: verbs.OpWriteImm, Imm: 2} // sent at once, with the cork
+	if _, err := a.qp.PostSend(&n2); err != nil {
+		t.Fatal(err)
+	}
+	if got := corked(a); got != 0 {
+		t.Fatalf("cork holds %d bytes after a notification sent at once", got)
+	}
+	for _, want := range []uint32{1, 2} {
+		wc := waitOne(t, b.recvCQ)
+		if !wc.HasImm || wc.Imm != want {
+			t.Fatalf("notification %+v, want immediate %d", wc, want)
+		}
+		if want == 1 && string(b.buf[:8]) != "notified" {
+			t.Fatalf("write before the first notification: %q", b.buf[:8])
+		}
+	}
+	n3 := verbs.SendWR{ID: 4, Op: verbs.OpWriteImm, Flags: verbs.Coalesce, Imm: 3}
+	if _, err := a.qp.PostSend(&n3); err != nil {
+		t.Fatal(err)
+	}
+	if got := corked(a); got != hdrLen {
+		t.Fatalf("cork holds %d bytes after a lone coalesced notification", got)
+	}
+	a.sendCQ.Poll(make([]verbs.WC, 1))
+	if wc := waitOne(t, b.recvCQ); !wc.HasImm || wc.Imm != 3 {
+		t.Fatalf("lone notification %+v", wc)
+	}
+	for _, wr := range []verbs.SendWR{
+		{ID: 5, Op: verbs.OpWriteImm, Flags: verbs.Coalesce | verbs.Signaled, Imm: 4},
+		{ID: 6, Op: verbs.OpWriteImm, Flags: verbs.Coalesce, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), Imm: 5},
+	} {
+		if _, err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		if got := corked(a); got != 0 {
+			t.Fatalf("request %d: cork holds %d bytes", wr.ID, got)
+		}
+		if wc := waitOne(t, b.recvCQ); !wc.HasImm || wc.Imm != uint32(wr.ID-1) {
+			t.Fatalf("request %d arrived as %+v", wr.ID, wc)
+		}
+	}
+}

@@ -191,7 +191,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	q.mu.Unlock()
 
-	if coalescable(f.kind, p.signaled, wr.Flags&verbs.Fence != 0, total) {
+	if coalescable(f.kind, p.signaled, wr.Flags&verbs.Fence != 0, wr.Flags&verbs.Coalesce != 0, total) {
 		q.corkFrame(&f, &payload, len(wr.SGL))
 		release()
 		return nil
