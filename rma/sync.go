@@ -509,7 +509,11 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 // Complete ends the access epoch (MPI_Win_complete), whichever goroutine
 // started it: every operation to the group is complete at its target, and
 // each target is told with one notification ordered after this rank's
-// puts to it. Operations that other goroutines issue while it runs are
+// puts to it. On the soft provider that notification may wait to leave
+// with this rank's next request (the next Post's notification, in one
+// write) or its next wait, and leaves within 200 µs in any case: call
+// Complete before Wait, not before a long computation, when a target
+// waits for it. Operations that other goroutines issue while it runs are
 // refused (ErrNoEpoch); accumulates already running finish first.
 func (win *Window[T]) Complete() error {
 	win.mu.Lock()
