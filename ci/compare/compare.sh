@@ -82,6 +82,8 @@ say "building"
 make -s build
 mpicc.openmpi -O2 -Wall -o "$OUT/pp_ompi" ci/compare/pp.c
 mpicc.mpich -O2 -Wall -o "$OUT/pp_mpich" ci/compare/pp.c
+mpicc.openmpi -O2 -Wall -o "$OUT/putbw_ompi" ci/compare/putbw.c
+mpicc.mpich -O2 -Wall -o "$OUT/putbw_mpich" ci/compare/putbw.c
 
 label() {
 	case $1 in
@@ -94,18 +96,26 @@ label() {
 	esac
 }
 
+# mpilaunch SYSTEM N PROGRAM: an MPI system's launch of N ranks of
+# PROGRAM (pp or putbw, built for that MPI), without its arguments.
+mpilaunch() {
+	local sys=$1 n=$2 prog=$3
+	local ompi="mpirun.openmpi --allow-run-as-root -np $n --bind-to core"
+	[ "$n" -gt 2 ] && ompi="mpirun.openmpi --allow-run-as-root -np $n --oversubscribe --bind-to none"
+	case $sys in
+	ompi-tcp) echo "$ompi --mca pml ob1 --mca btl tcp,self --mca osc pt2pt $OUT/${prog}_ompi" ;;
+	mpich-tcp) echo "env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self mpirun.mpich -np $n $OUT/${prog}_mpich" ;;
+	ompi-shm) echo "$ompi $OUT/${prog}_ompi" ;;
+	mpich-shm) echo "mpirun.mpich -np $n $OUT/${prog}_mpich" ;;
+	esac
+}
+
 # cmdline SYSTEM N BENCH MODE MIN MAX ITERS JSON: the command line for one run.
 cmdline() {
 	local sys=$1 n=$2 bench=$3 mode=$4 lo=$5 hi=$6 iters=$7 json=$8
-	local ompi="mpirun.openmpi --allow-run-as-root -np $n --bind-to core"
-	[ "$n" -gt 2 ] && ompi="mpirun.openmpi --allow-run-as-root -np $n --oversubscribe --bind-to none"
-	local args="$bench $mode $lo $hi $REPS 1 $iters"
 	case $sys in
 	rmago-*) echo "bin/rmarun -n $n -provider ${sys#rmago-} -quiet-prefix bin/pingpong $bench -mode $mode -min $lo -max $hi -reps $REPS -warmup 1 -iters $iters -no-progress -label '$(label "$sys")' -json $json" ;;
-	ompi-tcp) echo "$ompi --mca pml ob1 --mca btl tcp,self --mca osc pt2pt $OUT/pp_ompi $args" ;;
-	mpich-tcp) echo "env MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self mpirun.mpich -np $n $OUT/pp_mpich $args" ;;
-	ompi-shm) echo "$ompi $OUT/pp_ompi $args" ;;
-	mpich-shm) echo "mpirun.mpich -np $n $OUT/pp_mpich $args" ;;
+	*) echo "$(mpilaunch "$sys" "$n" pp) $bench $mode $lo $hi $REPS 1 $iters" ;;
 	esac
 }
 
@@ -193,6 +203,25 @@ for sys in $OSU_SYS; do
 	done
 done
 
+# The MPIs' put bandwidth in this run (ci/compare/putbw.c: rmago's
+# put_bw -s flush, definition for definition; OSU itself is not built here).
+OSU_MPI=""
+if [ -n "$OSU_SPECS" ]; then
+	for sys in $SYSTEMS; do
+		case $sys in rmago-*) continue ;; esac
+		j=$RAW/osu.$sys.put_bw
+		cmd="$(mpilaunch "$sys" 2 putbw) '$(label "$sys")' 8 1048576 64"
+		echo "$cmd" >>"$LOG"
+		rc=0
+		eval "timeout $TMO $cmd" >"$j.json" 2>"$j.err" || rc=$?
+		if grep -q "DATA VERIFICATION FAILED" "$j.err"; then
+			cat "$j.err" >&2
+			exit 1
+		fi
+		if [ $rc -eq 0 ]; then OSU_MPI="$OSU_MPI $sys"; else echo "$(label "$sys") putbw: exit $rc" >>"$OUT/problems.txt"; fi
+	done
+fi
+
 say "merging, tables, plots"
 PP=bin/pingpong
 JSONS=()
@@ -209,6 +238,10 @@ OSU_JSONS=()
 for sys in $OSU_SYS; do
 	[ -n "$OSU_SPECS" ] || break
 	$PP import -o "$OUT/osu-$sys.json" -system "$(label "$sys")" "$RAW"/osu."$sys".*.json
+	OSU_JSONS+=("$OUT/osu-$sys.json")
+done
+for sys in $OSU_MPI; do
+	$PP import -o "$OUT/osu-$sys.json" -system "$(label "$sys")" -provider "${sys#*-}" "$RAW/osu.$sys.put_bw.json"
 	OSU_JSONS+=("$OUT/osu-$sys.json")
 done
 
@@ -249,7 +282,7 @@ GEN=$OUT/generated.md
 	echo
 	echo "### OSU-style suite"
 	echo
-	echo "rmago's OSU-style suite in this run; the MPIs' lines and columns are OSU 7.4 figures from an earlier run ([baselines.md](baselines.md)): compare with care."
+	echo "rmago's OSU-style suite in this run. The MPIs' put_bw columns are this run's too (ci/compare/putbw.c, the same definition); their other lines and columns, labelled (OSU 7.4), are OSU figures from an earlier run ([baselines.md](baselines.md)): compare those with care."
 	echo
 	echo "![OSU-style](compare-osu.png)"
 	[ ${#OSU_JSONS[@]} -gt 0 ] && $PP table -bytes 8,1024,65536,1048576 "${OSU_JSONS[@]}" "${OSU_BASE[@]}"
