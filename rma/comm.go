@@ -84,10 +84,13 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 		}
 		return Request{}, nil
 	}
-	rw := &win.remotes[target]
-	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
-	n := len(origin) * win.esize
-	p := unsafe.Pointer(unsafe.SliceData(origin))
+	w := win.w
+	direct := win.directTo(target)
+	if direct != nil {
+		if err := w.f.DirectReady(target); err != nil {
+			return Request{}, err
+		}
+	}
 	win.opsOn(target)
 	if put {
 		win.puts = true
@@ -95,7 +98,20 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 	} else {
 		win.reads[target] = true // reads are flushed at the next synchronization
 	}
-	w := win.w
+	if direct != nil {
+		// A node-local peer's mapped window (direct.go): the copy the
+		// provider would make in the post, complete at once.
+		if put {
+			copy(direct[disp:], origin)
+		} else {
+			copy(origin, direct[disp:disp+len(origin)])
+		}
+		return Request{}, nil
+	}
+	rw := &win.remotes[target]
+	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
+	n := len(origin) * win.esize
+	p := unsafe.Pointer(unsafe.SliceData(origin))
 	req := Request{w: w, rank: target}
 	if local, ok := w.local(p, uintptr(n)); ok {
 		// Zero copy: the origin lies in registered memory.

@@ -81,7 +81,7 @@ type Window[T Number] struct {
 	reg    *transport.Region // nil for a zero-length window
 	areg   *transport.Region // atomics' region when it differs from reg (see atomicBytes), else nil
 
-	remotes []remoteWindow
+	remotes []remoteWindow[T]
 	fence   *fence.Fence
 	ctrl    *control.Region
 	locks   lockProtocol
@@ -104,11 +104,16 @@ type Window[T Number] struct {
 }
 
 // remoteWindow is another rank's window, as the creation allgather told.
-type remoteWindow struct {
+type remoteWindow[T Number] struct {
 	addr  uint64 // element 0
 	rkey  uint32 // puts and gets: a region of exactly the window's bytes
 	akey  uint32 // atomics: a region of the 8-byte words that hold them
 	count int
+
+	// The window mapped for direct access (direct.go), once asked
+	// (mapAsked): nil when it is reached through requests. Under win.mu.
+	direct   []T
+	mapAsked bool
 }
 
 // Allocate creates a window of n elements of library memory on every rank
@@ -245,7 +250,7 @@ func (win *Window[T]) setup(failed error) error {
 		err = errors.Join(failed, err)
 	}
 	if err == nil {
-		win.remotes = make([]remoteWindow, size)
+		win.remotes = make([]remoteWindow[T], size)
 		for r, d := range all {
 			if d[descFailed] != 0 {
 				err = fmt.Errorf("%w: rank %d could not create its part of window %d (its own error says why), so it fails on rank %d too",
@@ -258,7 +263,7 @@ func (win *Window[T]) setup(failed error) error {
 					ErrMismatch, r, id, es, w.Rank(), win.id, win.esize)
 				break
 			}
-			win.remotes[r] = remoteWindow{
+			win.remotes[r] = remoteWindow[T]{
 				addr:  binary.LittleEndian.Uint64(d[descAddr:]),
 				rkey:  w.f.KeyOf(r, transport.Keys{binary.LittleEndian.Uint32(d[descRKey:]), binary.LittleEndian.Uint32(d[descKeys1:])}),
 				akey:  w.f.KeyOf(r, transport.Keys{binary.LittleEndian.Uint32(d[descAKey:]), binary.LittleEndian.Uint32(d[descKeys1+4:])}),

@@ -609,6 +609,9 @@ func (q *qp) SetError(cause error) { q.fail(verbs.StatusTransport, cause, true) 
 
 // Err says why the queue pair entered the error state (verbs.ErrorReporter).
 func (q *qp) Err() error {
+	if q.st.Load() == stRTS {
+		return nil // the data path's check (transport.Fabric.DirectReady)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.state != stError {

@@ -1,0 +1,66 @@
+package transport
+
+import (
+	"fmt"
+
+	"github.com/rmago/rmago/verbs"
+)
+
+// Direct access to node-local peers. A peer served by the shm provider
+// whose registered memory is shared memory (an allocated window, a
+// control region) can be mapped into this process (Mapped). The provider
+// then runs every request to it inside PostSend, as a copy or a CPU
+// atomic on that very mapping (verbs.DeviceAttr.CompletesAtPost). Callers
+// on the data path may do the same themselves, without building, posting
+// and completing a work request: a copy into or out of the mapping, or a
+// sync/atomic operation on one of its words. What a request gives beyond
+// that is a check of the queue pair's state, which DirectReady does, and
+// its place in the queue pair's order, which does not matter when every
+// request completes at post: an earlier request has completed before a
+// direct access starts, and a later one starts after it ended.
+
+// DirectReady returns nil if rank r may be reached by direct access now:
+// the fabric is open and the queue pair to r works. Otherwise it returns
+// the error a request posted to r would have failed with (naming the
+// rank; it is recorded as the peer's failure). Call it before each
+// direct access, as a post checks the queue pair.
+func (f *Fabric) DirectReady(r int) error {
+	if f.closed.Load() {
+		return ErrClosed
+	}
+	p := f.peers[r].Load()
+	if p == nil || !p.ready.Load() {
+		return fmt.Errorf("transport: rank %d is not connected for direct access", r)
+	}
+	if e := p.err.Load(); e != nil {
+		return *e
+	}
+	if er, ok := p.qp.(verbs.ErrorReporter); ok {
+		if e := er.Err(); e != nil {
+			return f.postErr(p, fmt.Errorf("%w: %w", verbs.ErrQPState, e))
+		}
+	}
+	return nil
+}
+
+// DirectMapped returns rank r's registered memory at rem, to the end of
+// its region, mapped for direct access, or nil when r cannot be reached
+// that way: it is not served by a provider that completes every request
+// at post and maps memory (shm), or the memory is not shared (a created
+// window), or r failed. It connects to r if needed. Callers may keep the
+// answer for the region's life: a nil one sends their accesses through
+// requests, which report a failed peer's error.
+func (f *Fabric) DirectMapped(r int, rem Remote) []byte {
+	if r < 0 || r >= f.size || r == f.rank {
+		return nil
+	}
+	p, err := f.peerOf(r)
+	if err != nil || !p.c.atPost {
+		return nil
+	}
+	b, err := f.Mapped(r, rem)
+	if err != nil {
+		return nil
+	}
+	return b
+}
