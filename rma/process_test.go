@@ -67,7 +67,10 @@ func TestAsProcesses(t *testing.T) {
 
 // TestDeadPeerRank is one rank's side of TestDeadPeer: rank 1 vanishes
 // (exits without closing, as a crash would) while rank 0 waits in a
-// fence, which must fail with a peer error instead of hanging.
+// fence, which must fail with a peer error instead of hanging. Rank 0 then
+// puts to rank 1 and locks its window, through the mapping of its memory
+// on shm (direct access, rma/direct.go and sync/control), which must fail
+// with the peer's error as a request would.
 func TestDeadPeerRank(t *testing.T) {
 	if os.Getenv("RMAGO_TEST_DEADPEER") == "" {
 		t.Skip("run by TestDeadPeer")
@@ -80,12 +83,37 @@ func TestDeadPeerRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	win2, err := rma.Allocate[int64](w, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	win3, err := rma.Allocate[int64](w, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Rank() == 0 {
+		// Reach rank 1 once while it lives: its memory is mapped now.
+		err := errors.Join(win2.LockAll(rma.NoCheck), win2.Put([]int64{7}, 1, 0), win2.Flush(1),
+			win3.Lock(1, rma.Exclusive, 0), win3.Unlock(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Barrier(); err != nil {
+		t.Fatal(err)
+	}
 	if w.Rank() == 1 {
 		os.Exit(0) // gone, sockets closed by the kernel, no goodbye
 	}
 	err = win.Fence(0)
 	if !errors.Is(err, transport.ErrPeer) {
 		t.Fatalf("fence with a dead peer: %v", err)
+	}
+	if err := win2.Put([]int64{8}, 1, 0); !errors.Is(err, transport.ErrPeer) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("put to a dead peer: %v, want an error naming rank 1 that wraps transport.ErrPeer", err)
+	}
+	if err := win3.Lock(1, rma.Exclusive, 0); !errors.Is(err, transport.ErrPeer) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("lock on a dead peer: %v, want an error naming rank 1 that wraps transport.ErrPeer", err)
 	}
 	fmt.Println("DEADPEER-OK:", err)
 }
@@ -103,12 +131,14 @@ func TestDeadPeer(t *testing.T) {
 			t.Fatalf("go %v: %v\n%s", args, err, out)
 		}
 	}
-	cmd := exec.Command(filepath.Join(dir, "rmarun"), "-n", "2", "-provider", "soft", "-timeout", "2m",
-		filepath.Join(dir, "rma.test"), "-test.run", "^TestDeadPeerRank$", "-test.v")
-	// A long wait timeout: the error must come from the dead connection, not the timer.
-	cmd.Env = append(os.Environ(), "RMAGO_TEST_DEADPEER=1", "RMAGO_TIMEOUT=10m")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "DEADPEER-OK") {
-		t.Fatalf("rmarun: %v\n%s", err, out)
+	for _, prov := range []string{"soft", "shm"} {
+		cmd := exec.Command(filepath.Join(dir, "rmarun"), "-n", "2", "-provider", prov, "-timeout", "2m",
+			filepath.Join(dir, "rma.test"), "-test.run", "^TestDeadPeerRank$", "-test.v")
+		// A long wait timeout: the error must come from the dead connection, not the timer.
+		cmd.Env = append(os.Environ(), "RMAGO_TEST_DEADPEER=1", "RMAGO_TIMEOUT=10m")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "DEADPEER-OK") {
+			t.Fatalf("rmarun -provider %s: %v\n%s", prov, err, out)
+		}
 	}
 }

@@ -64,3 +64,15 @@ func (f *Fabric) DirectMapped(r int, rem Remote) []byte {
 	}
 	return b
 }
+
+// DirectSelf reports whether this rank's own registered memory may be
+// changed by direct access where peers reach it with atomics: the
+// provider that serves this rank's requests to itself completes them at
+// post (shm), which the fabric chooses only when every provider's atomics
+// are CPU atomics (contexts.go), so a sync/atomic operation on the word
+// is atomic against theirs, and no earlier request to itself is still in
+// flight.
+func (f *Fabric) DirectSelf() bool {
+	p, err := f.peerOf(f.rank)
+	return err == nil && p.c.atPost
+}

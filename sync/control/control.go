@@ -7,6 +7,7 @@ package control
 
 import (
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/rmago/rmago/transport"
 )
@@ -64,6 +65,37 @@ type Region struct {
 	F     *transport.Fabric
 	reg   *transport.Region
 	words []uint64 // this rank's words; peers change them through the NIC
+
+	// direct[r]: rank r's words mapped into this process, once asked
+	// (Direct); a nil slice when r is reached through requests.
+	direct []atomic.Pointer[[]uint64]
+}
+
+// Direct returns rank r's control words mapped into this process (a
+// node-local peer on the shm provider, whose requests are CPU atomics on
+// that very mapping, run inside the post; this rank's own words when its
+// requests to itself run so: transport.Fabric.DirectSelf), or nil when r
+// is reached through requests. The caller runs sync/atomic operations on them
+// instead of posting atomics, after transport.Fabric.DirectReady(r). The
+// first call for a rank asks the transport (and may connect to r); the
+// answer is kept until Close.
+func (c *Region) Direct(r int) []uint64 {
+	if p := c.direct[r].Load(); p != nil {
+		return *p
+	}
+	var words []uint64
+	if r == c.F.Rank() {
+		if c.F.DirectSelf() {
+			words = c.words
+		}
+	} else {
+		b := c.F.DirectMapped(r, c.reg.Remote(r, 0))
+		if n := len(c.words); len(b) >= 8*n && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 == 0 {
+			words = unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), n)
+		}
+	}
+	c.direct[r].Store(&words)
+	return words
 }
 
 // Load reads this rank's word i atomically.
@@ -87,7 +119,7 @@ func New(f *transport.Fabric) (*Region, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Region{F: f, reg: reg, words: reg.Words()}, nil
+	return &Region{F: f, reg: reg, words: reg.Words(), direct: make([]atomic.Pointer[[]uint64], f.Size())}, nil
 }
 
 // Close deregisters and frees the region. Call it only when no rank can

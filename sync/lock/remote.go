@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/rmago/rmago/transport"
@@ -46,7 +47,31 @@ func (s *slot) undo(fn func() error) error {
 // completion tells Await it is done, without an extra flush request.
 func (s *slot) post(r, w int, op transport.AtomicOp, a, b uint64, k int) (uint64, error) {
 	c := s.l.c
+	if words := c.Direct(r); words != nil {
+		// A node-local peer's mapped words: the CPU atomic the shm
+		// provider would run in the post, done here, complete at once
+		// (sequence number 0 is done: Await returns at once).
+		if err := s.l.f.DirectReady(r); err != nil {
+			return 0, err
+		}
+		c.Store(s.word+k, directAtomic(&words[w], op, a, b))
+		return 0, nil
+	}
 	return s.l.f.PostAtomic(r, transport.Atomic{Op: op, Local: c.LocalAt(s.word + k), Remote: c.RemoteAt(r, w), CompareAdd: a, Swap: b})
+}
+
+// directAtomic runs op on *p with sync/atomic and returns the old value,
+// as the NIC's fetch-and-add and compare-and-swap do.
+func directAtomic(p *uint64, op transport.AtomicOp, a, b uint64) uint64 {
+	if op == transport.FetchAddOp {
+		return atomic.AddUint64(p, a) - a
+	}
+	for {
+		old := atomic.LoadUint64(p)
+		if old != a || atomic.CompareAndSwapUint64(p, a, b) {
+			return old // a failed swap is the value it saw
+		}
+	}
 }
 
 // postRelease posts an atomic that releases a hold on rank r's word w
