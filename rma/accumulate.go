@@ -188,10 +188,14 @@ func (win *Window[T]) compareAndSwap(compare, value T, target, disp int) (T, err
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
-	if err := win.beginAtomics(target, disp, 1); err != nil {
+	direct, err := win.beginAtomics(target, disp, 1)
+	if err != nil {
 		return 0, err
 	}
 	defer win.endAtomics(target)
+	if direct != nil {
+		return directCompareAndSwap(w.f, direct, compare, value, target, disp)
+	}
 	word, sh := win.wordOf(target, disp)
 	a := w.atom
 	guess := a.guessFor(target, word.Addr)
@@ -265,10 +269,14 @@ func (win *Window[T]) wordAccumulate(origin, result []T, target, disp int, op Op
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
-	if err := win.beginAtomics(target, disp, len(origin)); err != nil || len(origin) == 0 {
+	direct, err := win.beginAtomics(target, disp, len(origin))
+	if err != nil || len(origin) == 0 {
 		return Request{}, err
 	}
 	defer win.endAtomics(target)
+	if direct != nil {
+		return Request{}, directAccumulate(w.f, direct, origin, result, target, disp, op)
+	}
 	if win.esize == 8 && op == Sum && !isFloat[T]() {
 		seq, err := win.fetchAdd(origin, result, target, disp)
 		return Request{w: w, rank: target, seq: seq}, err

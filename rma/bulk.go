@@ -68,11 +68,15 @@ func elemType[T Number]() transport.ElemType {
 // returns the last request to complete later; with results, the request
 // whose completion (Wait) lands the old values in result.
 func (win *Window[T]) bulkAccumulate(origin, result []T, target, disp int, op Op) (Request, error) {
-	if err := win.beginAtomics(target, disp, len(origin)); err != nil || len(origin) == 0 {
+	direct, err := win.beginAtomics(target, disp, len(origin))
+	if err != nil || len(origin) == 0 {
 		return Request{}, err
 	}
 	defer win.endAtomics(target)
 	w := win.w
+	if direct != nil {
+		return Request{}, directAccumulate(w.f, direct, origin, result, target, disp, op)
+	}
 	rw := &win.remotes[target]
 	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.akey}
 	acc := transport.Accumulate{Op: transport.AccOp(op), Type: elemType[T]()}
@@ -80,7 +84,6 @@ func (win *Window[T]) bulkAccumulate(origin, result []T, target, disp int, op Op
 	p := unsafe.Pointer(unsafe.SliceData(origin))
 	src := unsafe.Slice((*byte)(p), n)
 	req := Request{w: w, rank: target}
-	var err error
 	if result != nil {
 		res := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(result))), n)
 		w.stageMu.Lock()

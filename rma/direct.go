@@ -1,6 +1,7 @@
 package rma
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/rmago/rmago/transport"
@@ -8,13 +9,16 @@ import (
 
 // Direct access. A node-local peer's allocated window, reached through
 // the shm provider, is mapped into this process; the provider runs a put
-// or get to it as a copy inside the post, complete when the post returns.
-// Put and Get make that copy themselves (transfer), skipping the work
-// request: the same copy on the same mapping, with the queue pair's state
-// checked as a post checks it (transport.Fabric.DirectReady), so that a
-// peer known to have failed is reported alike. Everything else a put or
-// get does is unchanged: the epoch's checks before, and what the next
-// synchronization is told after.
+// or get to it as a copy inside the post, and an accumulate or atomic as
+// CPU atomics on the mapped words, complete when the post returns. Put
+// and Get make that copy themselves (transfer), and accumulates and
+// atomics apply themselves (directAccumulate, directCompareAndSwap),
+// skipping the work request: the same copy or atomics on the same
+// mapping, with the queue pair's state checked as a post checks it
+// (transport.Fabric.DirectReady), so that a peer known to have failed is
+// reported alike. Everything else the operation does is unchanged: the
+// epoch's checks before, and what the next synchronization is told after.
+// The window's own rank still goes through its loopback queue pair.
 
 // directTo returns rank target's window mapped for direct access, or nil
 // (a created window, a zero-length one, a peer reached through the
@@ -36,4 +40,43 @@ func (win *Window[T]) directTo(target int) []T {
 	}
 	rw.direct = unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), rw.count)
 	return rw.direct
+}
+
+// directAccumulate applies origin to the elements of a node-local peer's
+// mapped window from disp with op, each element atomically (the shm
+// provider's accop on the same words), and, when result is not nil, puts
+// the elements' previous values in it.
+func directAccumulate[T Number](f *transport.Fabric, direct, origin, result []T, target, disp int, op Op) error {
+	if err := f.DirectReady(target); err != nil {
+		return err
+	}
+	n := len(origin) * int(unsafe.Sizeof(origin[0]))
+	src := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(origin))), n)
+	var old []byte
+	if result != nil {
+		old = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(result))), n)
+	}
+	transport.DirectAccumulate(unsafe.Pointer(&direct[disp]), src, old, transport.AccOp(op), elemType[T]())
+	return nil
+}
+
+// directCompareAndSwap is CompareAndSwap on a node-local peer's mapped
+// window: a compare-and-swap of the 8-byte word holding the element,
+// retried while other bytes of the word change under it.
+func directCompareAndSwap[T Number](f *transport.Fabric, direct []T, compare, value T, target, disp int) (T, error) {
+	if err := f.DirectReady(target); err != nil {
+		return 0, err
+	}
+	p := unsafe.Pointer(&direct[disp])
+	sh := uint(uintptr(p) & 7)
+	word := (*uint64)(unsafe.Add(p, -int(sh)))
+	for {
+		old := atomic.LoadUint64(word)
+		if elemAt[T](old, sh) != compare {
+			return elemAt[T](old, sh), nil
+		}
+		if atomic.CompareAndSwapUint64(word, old, withElem(old, sh, value)) {
+			return compare, nil
+		}
+	}
 }

@@ -75,19 +75,24 @@ func (win *Window[T]) waitInflight(target int, deadline *time.Time) error {
 // beginAtomics checks an accumulate or atomic of count elements (none if
 // count is 0) to target at disp and, unless count is 0, records it as
 // running: the caller then runs it without the window's mutex and calls
-// endAtomics(target) when it has finished.
-func (win *Window[T]) beginAtomics(target, disp, count int) error {
+// endAtomics(target) when it has finished. It returns target's window
+// mapped for direct access (direct.go), or nil: the caller then applies
+// the operation there itself, as the shm provider would in the post.
+func (win *Window[T]) beginAtomics(target, disp, count int) ([]T, error) {
 	if err := win.lockReady(target); err != nil {
-		return err
+		return nil, err
 	}
 	defer win.mu.Unlock()
 	if err := win.check(target, disp, count); err != nil || count == 0 {
-		return err
+		return nil, err
 	}
 	win.atomicsOn(target)
 	win.ep.inflight[target]++
 	win.ep.ninflight++
-	return nil
+	if target == win.w.Rank() {
+		return nil, nil // the NIC, through the loopback pair: the one agent for atomic updates
+	}
+	return win.directTo(target), nil
 }
 
 // endAtomics ends what beginAtomics began.

@@ -68,9 +68,10 @@ func TestAsProcesses(t *testing.T) {
 // TestDeadPeerRank is one rank's side of TestDeadPeer: rank 1 vanishes
 // (exits without closing, as a crash would) while rank 0 waits in a
 // fence, which must fail with a peer error instead of hanging. Rank 0 then
-// puts to rank 1 and locks its window, through the mapping of its memory
-// on shm (direct access, rma/direct.go and sync/control), which must fail
-// with the peer's error as a request would.
+// puts to rank 1, accumulates, swaps and locks its window, through the
+// mapping of its memory on shm (direct access, rma/direct.go and
+// sync/control), which must fail with the peer's error as a request
+// would.
 func TestDeadPeerRank(t *testing.T) {
 	if os.Getenv("RMAGO_TEST_DEADPEER") == "" {
 		t.Skip("run by TestDeadPeer")
@@ -111,6 +112,12 @@ func TestDeadPeerRank(t *testing.T) {
 	}
 	if err := win2.Put([]int64{8}, 1, 0); !errors.Is(err, transport.ErrPeer) || !strings.Contains(err.Error(), "rank 1") {
 		t.Fatalf("put to a dead peer: %v, want an error naming rank 1 that wraps transport.ErrPeer", err)
+	}
+	if err := win2.Accumulate([]int64{1, 2}, 1, 0, rma.Sum); !errors.Is(err, transport.ErrPeer) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("accumulate to a dead peer: %v, want an error naming rank 1 that wraps transport.ErrPeer", err)
+	}
+	if _, err := win2.CompareAndSwap(7, 9, 1, 0); !errors.Is(err, transport.ErrPeer) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("compare-and-swap on a dead peer: %v, want an error naming rank 1 that wraps transport.ErrPeer", err)
 	}
 	if err := win3.Lock(1, rma.Exclusive, 0); !errors.Is(err, transport.ErrPeer) || !strings.Contains(err.Error(), "rank 1") {
 		t.Fatalf("lock on a dead peer: %v, want an error naming rank 1 that wraps transport.ErrPeer", err)

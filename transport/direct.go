@@ -2,8 +2,10 @@ package transport
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/accop"
 )
 
 // Direct access to node-local peers. A peer served by the shm provider
@@ -75,4 +77,14 @@ func (f *Fabric) DirectMapped(r int, rem Remote) []byte {
 func (f *Fabric) DirectSelf() bool {
 	p, err := f.peerOf(f.rank)
 	return err == nil && p.c.atPost
+}
+
+// DirectAccumulate applies src, elements of type t, with op into the
+// elements at dst, memory of a node-local peer mapped for direct access,
+// each element atomically with CPU atomics on its 8-byte word, as the shm
+// provider runs an accumulate on that memory (verbs/accop); old, if not
+// nil, receives the elements' previous values. dst must be aligned to the
+// element size, and the words holding its len(src) bytes mapped.
+func DirectAccumulate(dst unsafe.Pointer, src, old []byte, op AccOp, t ElemType) {
+	accop.Apply(dst, len(src), src, old, op, t)
 }
