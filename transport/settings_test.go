@@ -87,21 +87,27 @@ func TestProviderConfig(t *testing.T) {
 	}
 	defer b.Close()
 	for _, c := range []struct {
-		env  map[string]string
-		want verbs.Config
+		env   map[string]string
+		share bool // more ranks than cores on the node
+		want  verbs.Config
 	}{
-		{nil, verbs.Config{Spin: config.DefaultSoftSpin}},
-		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2"}, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2"}},
-		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64"}, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64}},
+		{nil, false, verbs.Config{Spin: config.DefaultSoftSpin}},
+		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2"}, false, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2"}},
+		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64"}, false, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64}},
+		// Sharing cores: no polling, unless RMAGO_SOFT_SPIN asks for it
+		// (even at its default value).
+		{nil, true, verbs.Config{Spin: -1, ShareCores: true}},
+		{map[string]string{config.EnvSoftSpin: "100us"}, true, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
+		{map[string]string{config.EnvSoftSpin: "0"}, true, verbs.Config{Spin: -1, ShareCores: true}},
 	} {
 		s, err := config.Load(func(k string) string { return c.env[k] })
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := providerConfig(b, s, 7*time.Second)
+		got := providerConfig(b, s, 7*time.Second, c.share)
 		c.want.Addr, c.want.Secret, c.want.GIDIndex, c.want.Timeout = "127.0.0.1", got.Secret, -1, 7*time.Second
 		if string(got.Secret) != "0123456789abcdef" || got.Addr != c.want.Addr || got.GIDIndex != -1 || got.Timeout != c.want.Timeout ||
-			got.NetDev != c.want.NetDev || got.Spin != c.want.Spin || got.SpinPolls != c.want.SpinPolls {
+			got.NetDev != c.want.NetDev || got.Spin != c.want.Spin || got.SpinPolls != c.want.SpinPolls || got.ShareCores != c.want.ShareCores {
 			t.Errorf("env %v: %+v, want %+v", c.env, got, c.want)
 		}
 	}

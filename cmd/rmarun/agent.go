@@ -80,7 +80,7 @@ func runAgent() int {
 	events := make(chan event, 3*n+8)
 	g := &group{
 		argv: start.Argv,
-		env:  slices.Concat(os.Environ(), launch.CoreShare(n), launch.SpinShare(n)),
+		env:  slices.Concat(os.Environ(), launch.CoreShare(n)),
 		rankEnv: func(rank int) []string {
 			return launch.Env(rank, start.Size, start.Rendezvous, start.Secret, start.Addr)
 		},

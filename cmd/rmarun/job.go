@@ -262,7 +262,7 @@ func (j *job) startRanks() {
 	n := len(j.localRanks)
 	j.local = &group{
 		argv: j.opt.argv,
-		env:  slices.Concat(os.Environ(), launch.CoreShare(n), launch.SpinShare(n), j.sharedEnv()),
+		env:  slices.Concat(os.Environ(), launch.CoreShare(n), j.sharedEnv()),
 		rankEnv: func(rank int) []string {
 			return launch.Env(rank, j.size, j.rendezvous, j.secret, j.localAddr)
 		},

@@ -81,6 +81,10 @@ type Settings struct {
 	ShmCMA   bool          // RMAGO_SHM_CMA: cross-memory attach for memory that is not shared
 	IBVSpin  int           // RMAGO_IBV_SPIN: polls, or AdaptiveSpin
 	PMI      int           // RMAGO_PMI: 1 or 2
+
+	// SoftSpinSet: RMAGO_SOFT_SPIN was given. Unset, a node with more
+	// ranks than cores does not poll (transport).
+	SoftSpinSet bool
 }
 
 // Defaults returns the settings of an empty environment.
@@ -151,7 +155,7 @@ func (s *Settings) Set(name, value string) error {
 		if err != nil || d < 0 {
 			return bad(name, value)
 		}
-		s.SoftSpin = d
+		s.SoftSpin, s.SoftSpinSet = d, true
 	case EnvShmSpin:
 		d, err := time.ParseDuration(value)
 		if err != nil || d < 0 {

@@ -49,7 +49,7 @@ func TestConfigValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, ShmSpin: 50 * time.Microsecond, ShmCMA: true, IBVSpin: 0, PMI: 2}
+	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, SoftSpinSet: true, ShmSpin: 50 * time.Microsecond, ShmCMA: true, IBVSpin: 0, PMI: 2}
 	if s != want {
 		t.Fatalf("got %+v, want %+v", s, want)
 	}

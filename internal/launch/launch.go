@@ -90,20 +90,6 @@ func CoreShare(n int) []string {
 // SpinEnv names the soft provider's polling setting (internal/config).
 const SpinEnv = config.EnvSoftSpin
 
-// SpinShare turns the soft provider's polling off (RMAGO_SOFT_SPIN=0) when
-// n local ranks are more than the machine's cores, unless the caller set
-// it. A waiting rank polls its sockets rather than sleep, which halves
-// small-message latency when every rank has a core but, with more ranks
-// than cores, takes the time slices the peers need to answer: the
-// one-to-many fence round trip of 4 ranks on 2 cores took 1.9 ms polling
-// and 0.76 ms without.
-func SpinShare(n int) []string {
-	if os.Getenv(SpinEnv) != "" || n <= runtime.NumCPU() {
-		return nil
-	}
-	return []string{SpinEnv + "=0"}
-}
-
 // NewSecret returns a fresh per-job key: SecretBytes bytes from crypto/rand,
 // hex encoded.
 func NewSecret() (string, error) {

@@ -95,20 +95,3 @@ func TestCoreShare(t *testing.T) {
 		t.Fatalf("with GOMAXPROCS set by the user: %q", got)
 	}
 }
-
-func TestSpinShare(t *testing.T) {
-	t.Setenv(SpinEnv, "")
-	if got := SpinShare(1); got != nil {
-		t.Fatalf("SpinShare(1) = %q", got)
-	}
-	if got := SpinShare(runtime.NumCPU()); got != nil {
-		t.Fatalf("a rank per core: %q", got)
-	}
-	if got := SpinShare(runtime.NumCPU() + 1); len(got) != 1 || got[0] != SpinEnv+"=0" {
-		t.Fatalf("more ranks than cores: %q", got)
-	}
-	t.Setenv(SpinEnv, "1ms")
-	if got := SpinShare(1000); got != nil {
-		t.Fatalf("with %s set by the user: %q", SpinEnv, got)
-	}
-}
