@@ -3,10 +3,12 @@ package rma
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/rma/internal/join"
 	"github.com/rmago/rmago/transport"
 )
@@ -165,7 +167,15 @@ func InitWith(opt Options) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	return initWith(b, opt.transport())
+	w, err := initWith(b, opt.transport())
+	if err == nil {
+		// This process is one rank of the job: take its node's share of
+		// the cores (internal/launch.CoreShare), whatever launched it.
+		if p := launch.CoreShare(w.topo.NodeSize()); p > 0 {
+			runtime.GOMAXPROCS(p)
+		}
+	}
+	return w, err
 }
 
 // initWith joins the job that bootstrap b describes.

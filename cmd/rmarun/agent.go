@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +79,7 @@ func runAgent() int {
 	events := make(chan event, 3*n+8)
 	g := &group{
 		argv: start.Argv,
-		env:  slices.Concat(os.Environ(), launch.CoreShare(n)),
+		env:  os.Environ(),
 		rankEnv: func(rank int) []string {
 			return launch.Env(rank, start.Size, start.Rendezvous, start.Secret, start.Addr)
 		},

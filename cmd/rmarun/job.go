@@ -259,10 +259,9 @@ func (j *job) startRanks() {
 	if len(j.localRanks) == 0 {
 		return
 	}
-	n := len(j.localRanks)
 	j.local = &group{
 		argv: j.opt.argv,
-		env:  slices.Concat(os.Environ(), launch.CoreShare(n), j.sharedEnv()),
+		env:  slices.Concat(os.Environ(), j.sharedEnv()),
 		rankEnv: func(rank int) []string {
 			return launch.Env(rank, j.size, j.rendezvous, j.secret, j.localAddr)
 		},

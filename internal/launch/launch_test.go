@@ -79,19 +79,33 @@ func TestCoreShare(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "")
 	os.Unsetenv("GOMAXPROCS")
 	cpu := runtime.NumCPU()
-	want := "GOMAXPROCS=" + strconv.Itoa(min(cpu, cpu/2+1))
-	if got := CoreShare(2); len(got) != 1 || got[0] != want {
-		t.Fatalf("CoreShare(2) = %q, want %q", got, want)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cpu))
+	want := min(cpu, cpu/2+1)
+	if want == cpu {
+		want = 0 // already the share
 	}
-	if got := CoreShare(1000); len(got) != 1 || got[0] != "GOMAXPROCS=1" {
-		t.Fatalf("CoreShare(1000) = %q", got)
+	if got := CoreShare(2); got != want {
+		t.Fatalf("CoreShare(2) = %d, want %d", got, want)
+	}
+	if got := CoreShare(1); got != 0 {
+		t.Fatalf("CoreShare(1) = %d, want 0 (every core)", got)
+	}
+	if got := CoreShare(cpu + 1); cpu > 1 && got != 1 {
+		t.Fatalf("CoreShare(%d) = %d, want 1", cpu+1, got)
 	}
 	t.Setenv("GOMAXPROCS", "") // set but empty counts as unset, as for Go
-	if got := CoreShare(2); len(got) != 1 {
-		t.Fatalf("with GOMAXPROCS empty: %q", got)
+	if got := CoreShare(cpu + 1); cpu > 1 && got != 1 {
+		t.Fatalf("with GOMAXPROCS empty: %d", got)
 	}
 	t.Setenv("GOMAXPROCS", "7")
-	if got := CoreShare(2); got != nil {
-		t.Fatalf("with GOMAXPROCS set by the user: %q", got)
+	if got := CoreShare(cpu + 1); got != 0 {
+		t.Fatalf("with GOMAXPROCS set by the user: %d", got)
+	}
+	os.Unsetenv("GOMAXPROCS")
+	if cpu > 1 {
+		runtime.GOMAXPROCS(cpu - 1) // set by the program (or a CPU limit)
+		if got := CoreShare(cpu + 1); got != 0 {
+			t.Fatalf("with GOMAXPROCS set by the program: %d", got)
+		}
 	}
 }

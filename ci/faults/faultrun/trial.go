@@ -201,7 +201,7 @@ func (t *trial) launch() ([]net.Conn, error) {
 		launch.EnvProvider + "=" + t.s.provider,
 		"RMAGO_TIMEOUT=" + t.s.timeout.String(),
 		trialEnv + "=" + t.marker,
-	}, launch.CoreShare(sp.n))
+	})
 	argv := t.args()
 	var conns []net.Conn
 	for r := range sp.n {
