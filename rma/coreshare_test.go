@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -42,18 +41,10 @@ func TestCoreShare(t *testing.T) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		t.Skip("GOMAXPROCS is set: the ranks keep it")
 	}
-	dir := t.TempDir()
-	for _, args := range [][]string{
-		{"build", "-o", filepath.Join(dir, "rmarun"), "../cmd/rmarun"},
-		{"test", "-c", "-o", filepath.Join(dir, "rma.test"), "."},
-	} {
-		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-			t.Fatalf("go %v: %v\n%s", args, err, out)
-		}
-	}
+	rmarun, suite := buildRanks(t)
 	for _, n := range []int{1, runtime.NumCPU() + 1} {
-		cmd := exec.Command(filepath.Join(dir, "rmarun"), "-n", strconv.Itoa(n), "-provider", "soft", "-timeout", "2m",
-			filepath.Join(dir, "rma.test"), "-test.run", "^TestCoreShareRank$", "-test.v")
+		cmd := exec.Command(rmarun, "-n", strconv.Itoa(n), "-provider", "soft", "-timeout", "2m",
+			suite, "-test.run", "^TestCoreShareRank$", "-test.v")
 		cmd.Env = append(os.Environ(), "RMAGO_TEST_CORESHARE=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil || strings.Count(string(out), "CORESHARE-OK") != n {

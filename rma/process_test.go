@@ -125,22 +125,31 @@ func TestDeadPeerRank(t *testing.T) {
 	fmt.Println("DEADPEER-OK:", err)
 }
 
-func TestDeadPeer(t *testing.T) {
-	if testing.Short() || rmatest.InProcesses() {
-		t.Skip("in -short mode, or already a rank")
-	}
+// buildRanks builds rmarun and this package's test binary (without the
+// race detector) into a temporary directory, for tests that run one of
+// their own functions as the ranks of a job, and returns their paths.
+func buildRanks(t *testing.T) (rmarun, suite string) {
 	dir := t.TempDir()
+	rmarun, suite = filepath.Join(dir, "rmarun"), filepath.Join(dir, "rma.test")
 	for _, args := range [][]string{
-		{"build", "-o", filepath.Join(dir, "rmarun"), "../cmd/rmarun"},
-		{"test", "-c", "-o", filepath.Join(dir, "rma.test"), "."},
+		{"build", "-o", rmarun, "../cmd/rmarun"},
+		{"test", "-c", "-o", suite, "."},
 	} {
 		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 			t.Fatalf("go %v: %v\n%s", args, err, out)
 		}
 	}
+	return rmarun, suite
+}
+
+func TestDeadPeer(t *testing.T) {
+	if testing.Short() || rmatest.InProcesses() {
+		t.Skip("in -short mode, or already a rank")
+	}
+	rmarun, suite := buildRanks(t)
 	for _, prov := range []string{"soft", "shm"} {
-		cmd := exec.Command(filepath.Join(dir, "rmarun"), "-n", "2", "-provider", prov, "-timeout", "2m",
-			filepath.Join(dir, "rma.test"), "-test.run", "^TestDeadPeerRank$", "-test.v")
+		cmd := exec.Command(rmarun, "-n", "2", "-provider", prov, "-timeout", "2m",
+			suite, "-test.run", "^TestDeadPeerRank$", "-test.v")
 		// A long wait timeout: the error must come from the dead connection, not the timer.
 		cmd.Env = append(os.Environ(), "RMAGO_TEST_DEADPEER=1", "RMAGO_TIMEOUT=10m")
 		out, err := cmd.CombinedOutput()
