@@ -25,8 +25,6 @@ type cq struct {
 	head, n int
 	overrun bool
 	closed  bool
-	seen    uint32 // bell value when the inboxes were last drained
-	more    bool   // an inbox was left with entries (wc was full)
 	qps     atomic.Pointer[[]*qp]
 	qpsMu   sync.Mutex
 }
@@ -37,9 +35,10 @@ const cqInitial = 1024
 // until the context's spin time ends, it yields the core between polls.
 const pureSpin = 500 * time.Nanosecond
 
-// loadsPerCheck is how many times Wait rereads the bell between looks at
-// the clock and polls: a completion rings the bell, so an unchanged bell
-// means Poll would find nothing, and reading it is all a spin needs.
+// loadsPerCheck is how many times Wait looks at the bell and the inboxes
+// between looks at the clock and polls: a local completion rings the bell
+// and a peer's publishes a slot, so while neither changed Poll would find
+// nothing, and reading them is all a spin needs.
 const loadsPerCheck = 64
 
 func (c *device) CreateCQ(depth int) (verbs.CQ, error) {
@@ -136,16 +135,10 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 		k++
 	}
 	if k < len(wc) {
-		if b := q.bell.ring.Load(); b != q.seen || q.more {
-			q.seen = b
-			q.more = false
-			if p := q.qps.Load(); p != nil {
-				for _, x := range *p {
-					k += x.drain(wc[k:])
-					if k == len(wc) {
-						q.more = true
-						break
-					}
+		if p := q.qps.Load(); p != nil {
+			for _, x := range *p {
+				if k += x.drain(wc[k:]); k == len(wc) {
+					break
 				}
 			}
 		}
@@ -157,8 +150,9 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 }
 
 // Wait polls for the context's spin time, then sleeps on the bell until a
-// completion or the deadline. Between polls it rereads the bell (every
-// completion rings it), so a spin costs neither the lock nor the clock.
+// completion or the deadline. Between polls it rereads the bell and the
+// inboxes' next slots (pending), so a spin costs neither the lock nor the
+// clock.
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 	v := q.bell.ring.Load()
 	if n, err := q.Poll(wc); n > 0 || err != nil {
@@ -173,12 +167,7 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 				return n, err
 			}
 		}
-		for range loadsPerCheck {
-			if q.bell.ring.Load() != v {
-				break
-			}
-		}
-		if q.bell.ring.Load() != v {
+		if q.pending(v) {
 			continue
 		}
 		now := time.Now()
@@ -205,11 +194,35 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 			d = deadline.Sub(now)
 		}
 		q.bell.sleepers.Add(1)
-		if q.bell.ring.Load() == v {
+		if q.bell.ring.Load() == v && !q.arrived() {
 			wait(q.bell.ring, v, d)
 		}
 		q.bell.sleepers.Add(^uint32(0))
 	}
+}
+
+// pending spins up to loadsPerCheck looks for a local completion (the
+// bell moved from v) or a peer's entry in an inbox, and reports whether
+// one came.
+func (q *cq) pending(v uint32) bool {
+	for range loadsPerCheck {
+		if q.bell.ring.Load() != v || q.arrived() {
+			return true
+		}
+	}
+	return false
+}
+
+// arrived reports whether an inbox this queue drains holds an entry.
+func (q *cq) arrived() bool {
+	if p := q.qps.Load(); p != nil {
+		for _, x := range *p {
+			if x.in.arrived() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (q *cq) Close() error {

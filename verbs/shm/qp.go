@@ -73,6 +73,7 @@ type qp struct {
 	peerQPN   uint32
 	peerName  string
 	sent      uint64         // slots written to the peer's inbox; under sendMu
+	credit    uint64         // the peer's posted count as last read; under sendMu
 	segs      [maxSGE][]byte // the request's local memory; under sendMu
 	mapped    []rmap         // by region index; under sendMu
 	conn      *net.UnixConn
@@ -508,8 +509,10 @@ func (q *qp) reach(key uint32, e *entry) (*rmap, verbs.Status) {
 // inbox; sendMu held.
 func (q *qp) deliver(op verbs.Opcode, imm uint32, n uint64, segs [][]byte) verbs.Status {
 	in := q.peerIn
-	if q.sent >= in.posted.Load() {
-		return verbs.StatusRNR
+	if q.sent >= q.credit {
+		if q.credit = in.posted.Load(); q.sent >= q.credit {
+			return verbs.StatusRNR
+		}
 	}
 	s := in.slot(q.sent)
 	*(*uint32)(s) = uint32(op)
@@ -522,8 +525,8 @@ func (q *qp) deliver(op verbs.Opcode, imm uint32, n uint64, segs [][]byte) verbs
 		}
 	}
 	q.sent++
-	in.tail.Store(q.sent)
-	q.peerBell.ding()
+	in.seqOf(q.sent - 1).Store(uint32(q.sent)) // publishes the slot
+	q.peerBell.alert()
 	return verbs.StatusSuccess
 }
 
@@ -532,7 +535,7 @@ func (q *qp) deliver(op verbs.Opcode, imm uint32, n uint64, segs [][]byte) verbs
 func (q *qp) next(wc *verbs.WC) bool {
 	in := q.in
 	head := in.head.Load()
-	if head >= in.tail.Load() || q.rn == 0 {
+	if q.rn == 0 || !in.arrived() {
 		return false
 	}
 	s := in.slot(head)
@@ -561,7 +564,7 @@ func (q *qp) next(wc *verbs.WC) bool {
 
 // drain moves arrived receives into wc; the CQ's lock held.
 func (q *qp) drain(wc []verbs.WC) int {
-	if q.in.head.Load() >= q.in.tail.Load() {
+	if !q.in.arrived() {
 		return 0
 	}
 	q.mu.Lock()
