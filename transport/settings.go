@@ -54,9 +54,14 @@ func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, share
 	if s.SoftSpin == 0 || (shareCores && !s.SoftSpinSet) {
 		cfg.Spin = -1 // never poll
 	}
-	cfg.ShmSpin, cfg.ShmNoCMA = s.ShmSpin, !s.ShmCMA
-	if s.ShmSpin == 0 {
+	cfg.ShmNoCMA = !s.ShmCMA
+	switch {
+	case !s.ShmSpinSet:
+		cfg.ShmSpin = 0 // the provider's default for the node (ShareCores)
+	case s.ShmSpin == 0:
 		cfg.ShmSpin = -1 // sleep at once
+	default:
+		cfg.ShmSpin = s.ShmSpin
 	}
 	switch {
 	case s.IBVSpin == 0:

@@ -92,11 +92,14 @@ func TestProviderConfig(t *testing.T) {
 		want  verbs.Config
 	}{
 		{nil, false, verbs.Config{Spin: config.DefaultSoftSpin}},
-		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2"}, false, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2"}},
-		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64"}, false, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64}},
+		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2", config.EnvShmSpin: "0"}, false, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2", ShmSpin: -1}},
+		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64", config.EnvShmSpin: "1ms"}, false, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64, ShmSpin: time.Millisecond}},
 		// Sharing cores: no polling, unless RMAGO_SOFT_SPIN asks for it
 		// (even at its default value).
+		// (ShmSpin 0: the shm provider's default, which is shorter when
+		// sharing cores.)
 		{nil, true, verbs.Config{Spin: -1, ShareCores: true}},
+		{map[string]string{config.EnvShmSpin: "50us"}, true, verbs.Config{Spin: -1, ShareCores: true, ShmSpin: 50 * time.Microsecond}},
 		{map[string]string{config.EnvSoftSpin: "100us"}, true, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
 		{map[string]string{config.EnvSoftSpin: "0"}, true, verbs.Config{Spin: -1, ShareCores: true}},
 	} {
@@ -107,7 +110,7 @@ func TestProviderConfig(t *testing.T) {
 		got := providerConfig(b, s, 7*time.Second, c.share)
 		c.want.Addr, c.want.Secret, c.want.GIDIndex, c.want.Timeout = "127.0.0.1", got.Secret, -1, 7*time.Second
 		if string(got.Secret) != "0123456789abcdef" || got.Addr != c.want.Addr || got.GIDIndex != -1 || got.Timeout != c.want.Timeout ||
-			got.NetDev != c.want.NetDev || got.Spin != c.want.Spin || got.SpinPolls != c.want.SpinPolls || got.ShareCores != c.want.ShareCores {
+			got.NetDev != c.want.NetDev || got.Spin != c.want.Spin || got.SpinPolls != c.want.SpinPolls || got.ShareCores != c.want.ShareCores || got.ShmSpin != c.want.ShmSpin {
 			t.Errorf("env %v: %+v, want %+v", c.env, got, c.want)
 		}
 	}

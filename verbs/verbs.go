@@ -250,7 +250,8 @@ type Config struct {
 	// negative: sleep at once.
 	SpinPolls int
 	// ShmSpin (shm provider) is how long CQ.Wait polls before it sleeps
-	// on its futex. 0: the provider's default; negative: sleep at once.
+	// on its futex. 0: the provider's default (shorter with ShareCores);
+	// negative: sleep at once.
 	ShmSpin time.Duration
 	// ShareCores: the node runs more ranks than it has cores, so a
 	// waiting rank that spins gives its core to other processes between

@@ -57,8 +57,12 @@ const (
 	DefaultConnect  = "lazy"
 	// DefaultSoftSpin equals verbs/soft's DefaultSpin (a test checks it).
 	DefaultSoftSpin = 100 * time.Microsecond
-	// DefaultShmSpin equals verbs/shm's DefaultSpin (a test checks it).
-	DefaultShmSpin = 50 * time.Microsecond
+	// DefaultShmSpin equals verbs/shm's DefaultSpin (a test checks it):
+	// the polling of a node with a core per rank. Unset, a node with more
+	// ranks than cores polls for SharedShmSpin (transport).
+	DefaultShmSpin = time.Millisecond
+	// SharedShmSpin equals verbs/shm's SharedSpin (a test checks it).
+	SharedShmSpin = 50 * time.Microsecond
 	// AdaptiveSpin is Settings.IBVSpin when RMAGO_IBV_SPIN is unset: each
 	// completion queue adapts its busy phase.
 	AdaptiveSpin = -1
@@ -85,6 +89,10 @@ type Settings struct {
 	// SoftSpinSet: RMAGO_SOFT_SPIN was given. Unset, a node with more
 	// ranks than cores does not poll (transport).
 	SoftSpinSet bool
+	// ShmSpinSet: RMAGO_SHM_SPIN was given. Unset, the shm provider polls
+	// for DefaultShmSpin, or SharedShmSpin on a node with more ranks than
+	// cores.
+	ShmSpinSet bool
 }
 
 // Defaults returns the settings of an empty environment.
@@ -161,7 +169,7 @@ func (s *Settings) Set(name, value string) error {
 		if err != nil || d < 0 {
 			return bad(name, value)
 		}
-		s.ShmSpin = d
+		s.ShmSpin, s.ShmSpinSet = d, true
 	case EnvShmCMA:
 		if value != "on" && value != "off" {
 			return bad(name, value)

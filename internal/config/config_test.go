@@ -28,12 +28,13 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "auto", Timeout: 2 * time.Minute, Connect: "lazy", SoftSpin: 100 * time.Microsecond, ShmSpin: 50 * time.Microsecond, ShmCMA: true, IBVSpin: -1, PMI: 1}
+	want := config.Settings{Provider: "auto", Timeout: 2 * time.Minute, Connect: "lazy", SoftSpin: 100 * time.Microsecond, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: -1, PMI: 1}
 	if s != want || s != config.Defaults() {
 		t.Fatalf("defaults %+v, want %+v", s, want)
 	}
-	if config.DefaultShmSpin != shm.DefaultSpin {
-		t.Errorf("config.DefaultShmSpin %v, shm.DefaultSpin %v", config.DefaultShmSpin, shm.DefaultSpin)
+	if config.DefaultShmSpin != shm.DefaultSpin || config.SharedShmSpin != shm.SharedSpin {
+		t.Errorf("config.DefaultShmSpin %v, shm.DefaultSpin %v; config.SharedShmSpin %v, shm.SharedSpin %v",
+			config.DefaultShmSpin, shm.DefaultSpin, config.SharedShmSpin, shm.SharedSpin)
 	}
 	if config.DefaultSoftSpin != soft.DefaultSpin {
 		t.Errorf("config.DefaultSoftSpin %v, soft.DefaultSpin %v", config.DefaultSoftSpin, soft.DefaultSpin)
@@ -49,15 +50,15 @@ func TestConfigValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, SoftSpinSet: true, ShmSpin: 50 * time.Microsecond, ShmCMA: true, IBVSpin: 0, PMI: 2}
+	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, SoftSpinSet: true, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: 0, PMI: 2}
 	if s != want {
 		t.Fatalf("got %+v, want %+v", s, want)
 	}
-	s, err = config.Load(env("RMAGO_PROVIDER", "ibv", "RMAGO_TIMEOUT", "1m30s", "RMAGO_SOFT_SPIN", "250us", "RMAGO_IBV_SPIN", "64", "RMAGO_PMI", "1"))
+	s, err = config.Load(env("RMAGO_PROVIDER", "ibv", "RMAGO_TIMEOUT", "1m30s", "RMAGO_SOFT_SPIN", "250us", "RMAGO_IBV_SPIN", "64", "RMAGO_PMI", "1", "RMAGO_SHM_SPIN", "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Provider != "ibv" || s.Timeout != 90*time.Second || s.SoftSpin != 250*time.Microsecond || s.IBVSpin != 64 || s.PMI != 1 {
+	if s.Provider != "ibv" || s.Timeout != 90*time.Second || s.SoftSpin != 250*time.Microsecond || s.IBVSpin != 64 || s.PMI != 1 || s.ShmSpin != 0 || !s.ShmSpinSet {
 		t.Fatalf("got %+v", s)
 	}
 }

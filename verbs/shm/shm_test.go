@@ -317,3 +317,29 @@ func testConfig(secret []byte) verbs.Config {
 	}
 	return verbs.Config{Secret: secret, Timeout: testTimeout, ShmSpin: s.ShmSpin, ShmNoCMA: !s.ShmCMA}
 }
+
+// TestSpinDefault: CQ.Wait polls for DefaultSpin unless the node shares
+// its cores (SharedSpin) or verbs.Config.ShmSpin says otherwise (negative:
+// not at all).
+func TestSpinDefault(t *testing.T) {
+	for _, c := range []struct {
+		spin  time.Duration
+		share bool
+		want  time.Duration
+	}{
+		{0, false, DefaultSpin},
+		{0, true, SharedSpin},
+		{-1, false, 0},
+		{-1, true, 0},
+		{200 * time.Microsecond, true, 200 * time.Microsecond},
+	} {
+		ctx, err := verbs.Open(Name, "", verbs.Config{Secret: []byte("spin default"), Timeout: testTimeout, ShmSpin: c.spin, ShareCores: c.share})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ctx.(*device).spin; got != c.want {
+			t.Errorf("ShmSpin %v, ShareCores %v: CQ.Wait polls for %v, want %v", c.spin, c.share, got, c.want)
+		}
+		ctx.Close()
+	}
+}
