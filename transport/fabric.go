@@ -118,6 +118,7 @@ type Fabric struct {
 	ctxs     []*pctx
 	via      []uint8
 	multi    bool
+	blocker  *pctx              // a mixed job's waiter blocks in its CQ (waitcq.go)
 	scanMask uint8              // waitMask's finding; under mu (waitcq.go)
 	maskFn   func(int) bool     // f.addMask, bound once
 	progs    []verbs.Progresser // the contexts software drives
@@ -217,6 +218,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 			me.Ctxs[i].Endpoints = make([]verbs.Endpoint, f.size)
 		}
 	}
+	f.hookBlocker()
 	f.kicked = make([]bool, f.size)
 	for r := range f.peers {
 		c := f.ctxs[f.via[r]]
@@ -423,6 +425,7 @@ func (f *Fabric) Close() error {
 	}
 	f.Disconnect()
 	f.ctrl.Close()
+	f.unhookBlocker()
 	var err error
 	for _, c := range f.ctxs {
 		if c.cq != nil {

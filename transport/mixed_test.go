@@ -277,3 +277,66 @@ func TestShareCores(t *testing.T) {
 		}
 	}
 }
+
+// In a job of shm and soft, a waiter blocks in the shm CQ (the blocker)
+// and soft's completions wake it: notifications sent well after the
+// waits began, from a node-local peer and from the other node, both
+// arrive; and the blocker's Wait, without a deadline, returns when a soft
+// notification arrives (it would block for good if soft's completions did
+// not wake it: mixedHangGuard).
+func TestMixedBlockerWoken(t *testing.T) {
+	noHardware(t)
+	both, soft := MakeTag(TagPost, 7, 0), MakeTag(TagPost, 8, 0)
+	openMixed(t, []string{"a", "a", "b"}, func(f *Fabric) error {
+		if f.blocker == nil || f.blocker.name != shmName {
+			return fmt.Errorf("blocker %v, want the shm context", f.blocker)
+		}
+		switch f.Rank() {
+		case 0:
+			if err := f.AwaitNotes(both, 2, func(yield func(int) bool) { _ = yield(1) && yield(2) }); err != nil {
+				return err
+			}
+			if err := f.Notify(2, both); err != nil { // go on
+				return err
+			}
+			guard := time.AfterFunc(mixedHangGuard, func() {
+				t.Errorf("the blocker's Wait was not woken by soft's completion within %v", mixedHangGuard)
+				f.blocker.cq.(verbs.Waker).Wake()
+			})
+			defer guard.Stop()
+			for !f.HasNote(soft, 2) {
+				b := f.blocker
+				n, err := b.cq.Wait(b.wcs, time.Time{})
+				f.mu.Lock()
+				if n > 0 {
+					f.dispatch(b, b.wcs[:n])
+				}
+				f.pollLocked()
+				f.mu.Unlock()
+				if err != nil {
+					return err
+				}
+			}
+			return f.AwaitNoteFrom(soft, 2)
+		case 1:
+			time.Sleep(30 * time.Millisecond)
+			return f.Notify(0, both)
+		default:
+			time.Sleep(30 * time.Millisecond)
+			if err := f.Notify(0, both); err != nil {
+				return err
+			}
+			if err := f.AwaitNoteFrom(both, 0); err != nil {
+				return err
+			}
+			time.Sleep(30 * time.Millisecond)
+			return f.Notify(0, soft)
+		}
+	})
+}
+
+// mixedHangGuard is how long TestMixedBlockerWoken lets the blocker's Wait
+// block before it calls the wake-up missing, inside the job's 20 s timeout
+// (a hang guard, not a timing assertion: the wake-up comes at once or
+// never).
+const mixedHangGuard = 10 * time.Second

@@ -231,7 +231,9 @@ func (f *Fabric) AwaitNoteEach(tag uint32, ranks, watch []int) error {
 			}
 		}
 	}
-	if f.progs != nil {
+	if f.progs != nil && f.blocker == nil {
+		// Soft alone (or with ibv): drive it between looks. With shm
+		// beside it, the blocker wakes the wait for either (waitcq.go).
 		return f.pollNoteEach(tag, ranks, ready, &failed)
 	}
 	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{tag}, ntags: 1, count: len(ranks)}

@@ -461,6 +461,29 @@ type CQ interface {
 	Close() error
 }
 
+// Waiting on the completion queues of two providers at once (a mixed
+// job) without polling them in turn: the waiter blocks in the CQ that
+// can be woken (a Waker), and the others, each a CompletionNotifier,
+// wake it as they add completions.
+
+// A Waker is a CQ whose Wait another goroutine can end early.
+type Waker interface {
+	// Wake makes a Wait that is blocked return at once, with the
+	// completions it has or none (and no error); if no Wait is blocked,
+	// the next one returns at once. It does not block, and is safe to call
+	// from any goroutine.
+	Wake()
+}
+
+// A CompletionNotifier is a CQ that can call a function each time it adds
+// a completion.
+type CompletionNotifier interface {
+	// NotifyCompletions makes the CQ call f (which must not block) after
+	// each completion it adds, from the goroutine that adds it; nil
+	// stops it. It is set before the CQ is used.
+	NotifyCompletions(f func())
+}
+
 // QPAttr sizes a queue pair and names its completion queues.
 type QPAttr struct {
 	SendCQ    CQ

@@ -27,6 +27,13 @@ type cq struct {
 	closed  bool
 	qps     atomic.Pointer[[]*qp]
 	qpsMu   sync.Mutex
+	// idle is when the Wait that found nothing began (Unix ns; 0: a
+	// completion came since): a Wait that follows one that timed out,
+	// with nothing polled between (a mixed job's slices), spins only
+	// what is left of the first one's spin time, so a blocked rank sleeps.
+	idle atomic.Int64
+	// woken: Wake was called and no Wait has returned since.
+	woken atomic.Bool
 }
 
 const cqInitial = 1024
@@ -145,6 +152,9 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	}
 	if k > 0 {
 		acquire()
+		if q.idle.Load() != 0 {
+			q.idle.Store(0)
+		}
 	}
 	return k, nil
 }
@@ -152,20 +162,30 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 // Wait polls for the context's spin time, then sleeps on the bell until a
 // completion or the deadline. Between polls it rereads the bell and the
 // inboxes' next slots (pending), so a spin costs neither the lock nor the
-// clock.
+// clock. The spin time counts from the first of consecutive Waits that
+// found nothing (idle).
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 	v := q.bell.ring.Load()
 	if n, err := q.Poll(wc); n > 0 || err != nil {
 		return n, err // the common case on shm: requests complete at post
 	}
 	start := time.Now()
+	if t := q.idle.Load(); t != 0 {
+		start = time.Unix(0, t)
+	} else {
+		q.idle.Store(start.UnixNano())
+	}
 	spinEnd, pureEnd := start.Add(q.ctx.spin), start.Add(min(pureSpin, q.ctx.spin))
 	for i := 0; ; i++ {
 		if i > 0 {
 			v = q.bell.ring.Load()
 			if n, err := q.Poll(wc); n > 0 || err != nil {
+				q.woken.Store(false)
 				return n, err
 			}
+		}
+		if q.woken.Swap(false) {
+			return 0, nil
 		}
 		if q.pending(v) {
 			continue
@@ -194,10 +214,32 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 			d = deadline.Sub(now)
 		}
 		q.bell.sleepers.Add(1)
-		if q.bell.ring.Load() == v && !q.arrived() {
+		if q.bell.ring.Load() == v && !q.arrived() && !q.woken.Load() {
 			wait(q.bell.ring, v, d)
 		}
 		q.bell.sleepers.Add(^uint32(0))
+	}
+}
+
+// Wake ends a blocked Wait, or the next one (verbs.Waker): woken, seen by
+// a spinning Wait (pending) or by one about to sleep; a sleeping one is
+// woken through the bell. woken is set before sleepers is read, and a
+// Wait counts itself in sleepers before its last look at woken: one of
+// the two sees the other.
+//
+// It takes the queue's lock, so that it never touches the bell of a queue
+// that Close has freed (a provider's goroutine may call it as the fabric
+// closes).
+func (q *cq) Wake() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.woken.Store(true)
+	if q.bell.sleepers.Load() != 0 {
+		q.bell.ring.Add(1)
+		wake(q.bell.ring)
 	}
 }
 
@@ -206,7 +248,7 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 // one came.
 func (q *cq) pending(v uint32) bool {
 	for range loadsPerCheck {
-		if q.bell.ring.Load() != v || q.arrived() {
+		if q.bell.ring.Load() != v || q.arrived() || q.woken.Load() {
 			return true
 		}
 	}

@@ -73,6 +73,7 @@ var (
 	_ verbs.PD            = (*pd)(nil)
 	_ verbs.MR            = (*region)(nil)
 	_ verbs.CQ            = (*cq)(nil)
+	_ verbs.Waker         = (*cq)(nil)
 	_ verbs.QP            = (*qp)(nil)
 	_ verbs.PostCompleter = (*qp)(nil)
 	_ verbs.ErrorReporter = (*qp)(nil)

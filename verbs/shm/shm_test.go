@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -342,4 +343,44 @@ func TestSpinDefault(t *testing.T) {
 		}
 		ctx.Close()
 	}
+}
+
+// TestWake: Wake ends a Wait that sleeps without a deadline, and makes a
+// Wait that starts after it return at once, with no completion and no
+// error; a Wait after that sleeps again (to its deadline here). Wake on a
+// closed queue does nothing.
+func TestWake(t *testing.T) {
+	ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret, Timeout: testTimeout, ShmSpin: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	q, err := ctx.CreateCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]verbs.WC, 4)
+	w := q.(verbs.Waker)
+	w.Wake()
+	if n, err := q.Wait(wc, time.Time{}); n != 0 || err != nil {
+		t.Fatalf("Wait after Wake: %d completions, %v; want 0, nil", n, err)
+	}
+	done := make(chan error)
+	go func() {
+		n, err := q.Wait(wc, time.Time{})
+		if n != 0 {
+			err = fmt.Errorf("%d completions", n)
+		}
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let it sleep (it returns either way)
+	w.Wake()
+	if err := <-done; err != nil {
+		t.Fatalf("a woken Wait: %v", err)
+	}
+	if n, err := q.Wait(wc, time.Now().Add(time.Millisecond)); n != 0 || !errors.Is(err, verbs.ErrTimeout) {
+		t.Fatalf("Wait with nothing to report: %d, %v; want 0, ErrTimeout", n, err)
+	}
+	q.Close()
+	w.Wake()
 }

@@ -3,6 +3,7 @@ package soft
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rmago/rmago/verbs"
@@ -24,6 +25,24 @@ type cq struct {
 	notify  chan struct{} // a token when entries were added
 	timer   *time.Timer   // reused by Wait with a deadline
 	prog    *progress
+	// idle is when the Wait that found nothing began (Unix ns; 0: a
+	// completion or a frame came since): a Wait that follows one that
+	// timed out, with nothing between (a mixed job's slices), polls only
+	// what is left of the first one's spin time, so a blocked rank sleeps.
+	idle atomic.Int64
+	// hook is called after each completion added (NotifyCompletions).
+	hook atomic.Pointer[func()]
+}
+
+// NotifyCompletions makes push call f after each completion it adds
+// (verbs.CompletionNotifier): a mixed job's waiter blocked in another
+// provider's queue is woken by it.
+func (q *cq) NotifyCompletions(f func()) {
+	if f == nil {
+		q.hook.Store(nil)
+		return
+	}
+	q.hook.Store(&f)
 }
 
 // push adds a completion. A full CQ is an overrun, as on hardware: the
@@ -43,6 +62,9 @@ func (q *cq) push(wc verbs.WC) {
 	select {
 	case q.notify <- struct{}{}:
 	default:
+	}
+	if f := q.hook.Load(); f != nil {
+		(*f)()
 	}
 }
 
@@ -78,6 +100,9 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 		q.head = (q.head + 1) % len(q.ring)
 		q.n--
 		k++
+	}
+	if k > 0 && q.idle.Load() != 0 {
+		q.idle.Store(0)
 	}
 	return k, nil
 }

@@ -105,8 +105,9 @@ func (g *progress) pollAll() int {
 
 // spinWaiter is cq.Wait's busy phase: it takes the token (a spinning
 // reader goroutine hands it over at once) and polls every queue pair until
-// cq has a completion, or nothing has arrived for spinFor, or the deadline
-// has passed. If another waiter spins, it returns at once.
+// cq has a completion, or nothing has arrived for spinFor (counted from
+// the first of consecutive Waits that found nothing: cq.idle), or the
+// deadline has passed. If another waiter spins, it returns at once.
 func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, error) {
 	if g.spinFor <= 0 {
 		return 0, nil
@@ -129,7 +130,13 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 		runtime.Gosched()
 	}
 	defer g.token.Store(0)
-	end := time.Now().Add(g.spinFor)
+	now := time.Now()
+	end := now.Add(g.spinFor)
+	if t := q.idle.Load(); t != 0 {
+		end = time.Unix(0, t).Add(g.spinFor) // what is left of an earlier Wait's
+	} else {
+		q.idle.Store(now.UnixNano())
+	}
 	if !deadline.IsZero() && deadline.Before(end) {
 		end = deadline
 	}
@@ -144,6 +151,7 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 			if ran > 0 {
 				// Frames keep coming: keep serving them.
 				ran = 0
+				q.idle.Store(now.UnixNano())
 				end = now.Add(g.spinFor)
 				if !deadline.IsZero() && deadline.Before(end) {
 					end = deadline

@@ -60,18 +60,19 @@ const deviceName = "soft0"
 // The provider implements the verbs contract and the optional interfaces
 // of a software provider.
 var (
-	_ verbs.Discoverer    = provider{}
-	_ verbs.Context       = (*device)(nil)
-	_ verbs.MemorySyncer  = (*device)(nil)
-	_ verbs.Progresser    = (*device)(nil)
-	_ verbs.ConnManager   = (*device)(nil)
-	_ verbs.PD            = (*pd)(nil)
-	_ verbs.MR            = (*region)(nil)
-	_ verbs.CQ            = (*cq)(nil)
-	_ verbs.QP            = (*qp)(nil)
-	_ verbs.ErrorReporter = (*qp)(nil)
-	_ verbs.ErrorSetter   = (*qp)(nil)
-	_ verbs.ConnRequest   = (*connRequest)(nil)
+	_ verbs.Discoverer         = provider{}
+	_ verbs.Context            = (*device)(nil)
+	_ verbs.MemorySyncer       = (*device)(nil)
+	_ verbs.Progresser         = (*device)(nil)
+	_ verbs.ConnManager        = (*device)(nil)
+	_ verbs.PD                 = (*pd)(nil)
+	_ verbs.MR                 = (*region)(nil)
+	_ verbs.CQ                 = (*cq)(nil)
+	_ verbs.CompletionNotifier = (*cq)(nil)
+	_ verbs.QP                 = (*qp)(nil)
+	_ verbs.ErrorReporter      = (*qp)(nil)
+	_ verbs.ErrorSetter        = (*qp)(nil)
+	_ verbs.ConnRequest        = (*connRequest)(nil)
 )
 
 func deviceAttr() verbs.DeviceAttr {
