@@ -92,7 +92,7 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 		return err
 	}
 	f.shareCores = topo.NodeSize() > runtime.NumCPU()
-	cfg := providerConfig(b, s, f.timeout, f.shareCores)
+	cfg := providerConfig(b, s, f.timeout, topo.NodeSize(), runtime.NumCPU())
 	f.via = make([]uint8, f.size)
 	if s.Provider != "" && s.Provider != "auto" {
 		ch, err := selectProvider(s.Provider, s.Device, cfg)

@@ -44,14 +44,19 @@ func settings(opt Options) (config.Settings, error) {
 // address and secret, and the settings that concern providers (which
 // never read the environment themselves). A provider bounds a write to a
 // peer that takes no data, and a frame a peer stops sending halfway, by
-// the same timeout as every wait. shareCores: the node runs more ranks
-// than it has cores (verbs.Config.ShareCores); a soft rank then does not
-// poll unless RMAGO_SOFT_SPIN says so, since a waiting rank that polls
-// takes the core another rank needs to answer it (one-to-many fence3 at
-// N = 3 on 2 cores: 940 µs a round trip polling, 415 without).
-func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, shareCores bool) verbs.Config {
-	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: timeout, NetDev: s.NetDev, Spin: s.SoftSpin, ShareCores: shareCores}
-	if s.SoftSpin == 0 || (shareCores && !s.SoftSpinSet) {
+// the same timeout as every wait. The node runs nodeRanks ranks on cores
+// cores: with more ranks than cores (verbs.Config.ShareCores) a polling
+// rank gives its core to other processes between polls (sched_yield),
+// and with more than two ranks a core a soft rank does not poll at all
+// unless RMAGO_SOFT_SPIN says so. On 2 cores, one-to-many fence3 at N = 3
+// and 4 took 307-322 and 637-673 µs a round trip without polling, 237-262
+// and 403-600 polling with yields; but 32 ranks of apps/lockmix took 2.3
+// times as long polling, each rank's turn on a core mostly spent yielding
+// it. (Polling with Go's own yields only took 940 µs at N = 3.)
+func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, nodeRanks, cores int) verbs.Config {
+	share := nodeRanks > cores
+	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: timeout, NetDev: s.NetDev, Spin: s.SoftSpin, ShareCores: share}
+	if s.SoftSpin == 0 || (nodeRanks > 2*cores && !s.SoftSpinSet) {
 		cfg.Spin = -1 // never poll
 	}
 	cfg.ShmNoCMA = !s.ShmCMA

@@ -88,26 +88,28 @@ func TestProviderConfig(t *testing.T) {
 	defer b.Close()
 	for _, c := range []struct {
 		env   map[string]string
-		share bool // more ranks than cores on the node
+		ranks int // ranks on the node (2 cores)
 		want  verbs.Config
 	}{
-		{nil, false, verbs.Config{Spin: config.DefaultSoftSpin}},
-		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2", config.EnvShmSpin: "0"}, false, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2", ShmSpin: -1}},
-		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64", config.EnvShmSpin: "1ms"}, false, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64, ShmSpin: time.Millisecond}},
-		// Sharing cores: no polling, unless RMAGO_SOFT_SPIN asks for it
-		// (even at its default value).
-		// (ShmSpin 0: the shm provider's default, which is shorter when
-		// sharing cores.)
-		{nil, true, verbs.Config{Spin: -1, ShareCores: true}},
-		{map[string]string{config.EnvShmSpin: "50us"}, true, verbs.Config{Spin: -1, ShareCores: true, ShmSpin: 50 * time.Microsecond}},
-		{map[string]string{config.EnvSoftSpin: "100us"}, true, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
-		{map[string]string{config.EnvSoftSpin: "0"}, true, verbs.Config{Spin: -1, ShareCores: true}},
+		{nil, 2, verbs.Config{Spin: config.DefaultSoftSpin}},
+		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2", config.EnvShmSpin: "0"}, 1, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2", ShmSpin: -1}},
+		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64", config.EnvShmSpin: "1ms"}, 2, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64, ShmSpin: time.Millisecond}},
+		// Sharing cores: soft polls (yielding) up to two ranks a core,
+		// not beyond unless RMAGO_SOFT_SPIN asks for it (even at its
+		// default value). (ShmSpin 0: the shm provider's default, which
+		// is shorter when sharing cores.)
+		{nil, 3, verbs.Config{Spin: config.DefaultSoftSpin, ShareCores: true}},
+		{nil, 4, verbs.Config{Spin: config.DefaultSoftSpin, ShareCores: true}},
+		{nil, 5, verbs.Config{Spin: -1, ShareCores: true}},
+		{map[string]string{config.EnvShmSpin: "50us"}, 32, verbs.Config{Spin: -1, ShareCores: true, ShmSpin: 50 * time.Microsecond}},
+		{map[string]string{config.EnvSoftSpin: "100us"}, 32, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
+		{map[string]string{config.EnvSoftSpin: "0"}, 3, verbs.Config{Spin: -1, ShareCores: true}},
 	} {
 		s, err := config.Load(func(k string) string { return c.env[k] })
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := providerConfig(b, s, 7*time.Second, c.share)
+		got := providerConfig(b, s, 7*time.Second, c.ranks, 2)
 		c.want.Addr, c.want.Secret, c.want.GIDIndex, c.want.Timeout = "127.0.0.1", got.Secret, -1, 7*time.Second
 		if string(got.Secret) != "0123456789abcdef" || got.Addr != c.want.Addr || got.GIDIndex != -1 || got.Timeout != c.want.Timeout ||
 			got.NetDev != c.want.NetDev || got.Spin != c.want.Spin || got.SpinPolls != c.want.SpinPolls || got.ShareCores != c.want.ShareCores || got.ShmSpin != c.want.ShmSpin {

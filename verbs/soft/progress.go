@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rmago/rmago/verbs"
@@ -45,14 +46,18 @@ func spinOf(cfg verbs.Config) time.Duration {
 // A spinner stops when nothing has arrived for spinFor; then the reader
 // goroutines sleep in the network poller again.
 type progress struct {
-	spinFor  time.Duration // set at Open
-	mu       sync.Mutex
-	qps      atomic.Pointer[[]*qp] // connected queue pairs (copy on write, under mu)
-	token    atomic.Int32          // 0: nobody spins; spinReader; spinWaiter
-	waiters  atomic.Int32          // goroutines in cq.Wait that want the token
-	handover atomic.Bool           // a Progress caller wants the token
-	ncorked  atomic.Int32          // queue pairs with frames in their cork (coalesce.go)
-	loops    atomic.Uint32         // loopback requests posted (loopback.go)
+	spinFor time.Duration // set at Open
+	// shareCores: the node runs more ranks than cores (verbs.Config.
+	// ShareCores): a spinner gives its core to other processes between
+	// polls (sched_yield), not only to this process's goroutines.
+	shareCores bool
+	mu         sync.Mutex
+	qps        atomic.Pointer[[]*qp] // connected queue pairs (copy on write, under mu)
+	token      atomic.Int32          // 0: nobody spins; spinReader; spinWaiter
+	waiters    atomic.Int32          // goroutines in cq.Wait that want the token
+	handover   atomic.Bool           // a Progress caller wants the token
+	ncorked    atomic.Int32          // queue pairs with frames in their cork (coalesce.go)
+	loops      atomic.Uint32         // loopback requests posted (loopback.go)
 }
 
 const (
@@ -160,8 +165,19 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 				return 0, nil
 			}
 		}
-		runtime.Gosched()
+		g.yield(i)
 	}
+}
+
+// yield is a spinner's pause between polls i and i+1: it lets this
+// process's goroutines run and, when the node shares its cores, other
+// processes (the rank whose answer it waits for may need the core).
+func (g *progress) yield(i int) {
+	if g.shareCores && i&7 != 7 {
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		return
+	}
+	runtime.Gosched()
 }
 
 // spinReader is a reader goroutine's busy phase after it woke up with
@@ -182,7 +198,7 @@ func (g *progress) spinReader() {
 		} else if i%8 == 0 && time.Now().After(end) {
 			return
 		}
-		runtime.Gosched()
+		g.yield(i)
 	}
 }
 

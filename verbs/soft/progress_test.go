@@ -17,16 +17,20 @@ import (
 // Tests of the receive engine driven by waiting goroutines (rx.go).
 
 // TestSpinSetting: verbs.Config.Spin sets the polling time (0: DefaultSpin,
-// negative: none); RMAGO_SOFT_SPIN reaches it as transport passes it
+// negative: none), and ShareCores whether a spinner yields its core to
+// other processes; RMAGO_SOFT_SPIN reaches it as transport passes it
 // (envConfig), and a bad value is refused before any context opens.
 func TestSpinSetting(t *testing.T) {
-	for _, c := range []struct{ spin, want time.Duration }{{0, DefaultSpin}, {-1, 0}, {250 * time.Microsecond, 250 * time.Microsecond}} {
-		ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret, Spin: c.spin})
+	for _, c := range []struct {
+		spin, want time.Duration
+		share      bool
+	}{{0, DefaultSpin, false}, {-1, 0, false}, {250 * time.Microsecond, 250 * time.Microsecond, true}} {
+		ctx, err := verbs.Open(Name, "", verbs.Config{Secret: secret, Spin: c.spin, ShareCores: c.share})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ctx.(*device).prog.spinFor; got != c.want {
-			t.Errorf("Config.Spin %v: spin %v, want %v", c.spin, got, c.want)
+		if g := &ctx.(*device).prog; g.spinFor != c.want || g.shareCores != c.share {
+			t.Errorf("Config.Spin %v, ShareCores %v: spin %v yielding to processes %v", c.spin, c.share, g.spinFor, g.shareCores)
 		}
 		ctx.Close()
 	}

@@ -118,7 +118,7 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 
 		corkDelay: corkDelay,
 	}
-	c.prog.spinFor = spinOf(cfg)
+	c.prog.spinFor, c.prog.shareCores = spinOf(cfg), cfg.ShareCores
 	var b [4]byte
 	rand.Read(b[:])
 	c.nextQPN.Store(binary.LittleEndian.Uint32(b[:]) & 0x7fff00)
