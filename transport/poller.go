@@ -44,8 +44,9 @@ func (f *Fabric) EndProgress() {
 //     until Done or a sleep) and yields; once nothing
 //     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
 //     100 µs (an idle rank then costs next to no CPU);
-//   - on hardware (and shm), where memory changes by itself, it yields to
-//     goroutines for a few polls, then for LocalSpin to other processes
+//   - on hardware (and shm), where memory changes by itself, it spins,
+//     and on one poll in hwPureSpins it drives the fabric and yields:
+//     to goroutines for a few such polls, then for LocalSpin to other processes
 //     (sched_yield) if the node has more ranks than cores or a NIC or
 //     kernel engine needs the CPU (to goroutines only otherwise), and
 //     then sleeps the shortest sleep Go offers between polls:
@@ -57,7 +58,9 @@ type Poller struct {
 	f        *Fabric
 	deadline time.Time // zero: none
 	spinEnd  time.Time // soft: polling without sleeping until then
-	polls    int       // hardware: polls so far
+	polls    int       // hardware: polls so far that drove the fabric
+	spins    int       // hardware: polls so far
+	asleep   bool      // hardware: past the spin, it sleeps between polls
 	pause    time.Duration
 	graced   bool // Grace extended the deadline
 }
@@ -69,6 +72,7 @@ const LocalSpin = 100 * time.Microsecond
 const (
 	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
 	hwYields      = 16                     // hardware: polls yielding to goroutines only
+	hwPureSpins   = 64                     // hardware: polls per one that drives the fabric
 	hwClockEvery  = 16                     // hardware: polls per look at the clock while yielding
 )
 
@@ -104,6 +108,13 @@ func (w *Poller) Grace() bool {
 // passed.
 func (w *Poller) Pause() bool {
 	if w.f.progs == nil {
+		// While it spins, only one poll in hwPureSpins drives the fabric
+		// and yields: the others just look at the condition again (a
+		// load). A yield to goroutines costs the scheduler's work, and may
+		// wake an idle processor's thread that takes the peer's core.
+		if w.spins++; w.spins%hwPureSpins != 0 && !w.asleep {
+			return true
+		}
 		w.f.Progress() // completions and notifications only
 		// The clock only every hwClockEvery polls while yielding to
 		// goroutines: it costs as much as the poll.
@@ -139,6 +150,7 @@ func (w *Poller) Pause() bool {
 				runtime.Gosched()
 			}
 		default:
+			w.asleep = true
 			time.Sleep(time.Microsecond)
 		}
 		return true
