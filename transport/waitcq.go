@@ -97,17 +97,8 @@ func (f *Fabric) waitCQs(end time.Time, mask uint8) error {
 	}
 	slice := mixedSlice
 	for i := 0; ; i++ {
-		got := false
-		for _, c := range f.ctxs {
-			n, err := c.cq.Poll(c.wcs)
-			c.got = n
-			if err != nil {
-				return err
-			}
-			got = got || n > 0
-		}
-		if got {
-			return nil
+		if got, err := f.pollEach(); got || err != nil {
+			return err
 		}
 		now := time.Now()
 		if !end.IsZero() && !now.Before(end) {
@@ -131,6 +122,22 @@ func (f *Fabric) waitCQs(end time.Time, mask uint8) error {
 		}
 		slice = min(2*slice, mixedSliceMax)
 	}
+}
+
+// pollEach polls every context's completion queue once, leaving what it
+// finds in the contexts' wcs[:got] for the caller to dispatch under f.mu,
+// and reports whether anything arrived. The caller is the poller.
+func (f *Fabric) pollEach() (bool, error) {
+	got := false
+	for _, c := range f.ctxs {
+		n, err := c.cq.Poll(c.wcs)
+		c.got = n
+		if err != nil {
+			return got, err
+		}
+		got = got || n > 0
+	}
+	return got, nil
 }
 
 // dispatchGot dispatches what waitCQs left in the contexts' wcs; f.mu held.
@@ -192,17 +199,8 @@ func (f *Fabric) unhookBlocker() {
 func (f *Fabric) waitBlocker(end time.Time, pref int) error {
 	b := f.blocker
 	for i := 0; ; i++ {
-		got := false
-		for _, c := range f.ctxs {
-			n, err := c.cq.Poll(c.wcs)
-			c.got = n
-			if err != nil {
-				return err
-			}
-			got = got || n > 0
-		}
-		if got {
-			return nil
+		if got, err := f.pollEach(); got || err != nil {
+			return err
 		}
 		now := time.Now()
 		if !end.IsZero() && !now.Before(end) {
