@@ -45,18 +45,21 @@ func settings(opt Options) (config.Settings, error) {
 // never read the environment themselves). A provider bounds a write to a
 // peer that takes no data, and a frame a peer stops sending halfway, by
 // the same timeout as every wait. The node runs nodeRanks ranks on cores
-// cores: with more ranks than cores (verbs.Config.ShareCores) a polling
-// rank gives its core to other processes between polls (sched_yield),
-// and with more than two ranks a core a soft rank does not poll at all
-// unless RMAGO_SOFT_SPIN says so. On 2 cores, one-to-many fence3 at N = 3
-// and 4 took 307-322 and 637-673 µs a round trip without polling, 237-262
-// and 403-600 polling with yields; but 32 ranks of apps/lockmix took 2.3
-// times as long polling, each rank's turn on a core mostly spent yielding
-// it. (Polling with Go's own yields only took 940 µs at N = 3.)
+// cores: with more ranks than cores (verbs.Config.ShareCores) a soft rank
+// does not poll unless RMAGO_SOFT_SPIN says so, and one that polls gives
+// its core to other processes between polls (sched_yield). Polling that
+// way helps a job alone on its node at up to two ranks a core (on 2 cores,
+// one-to-many fence3 at N = 3 and 4: 237-262 and 403-600 µs a round trip
+// against 307-322 and 637-673 not polling), but it hurts beyond that (32
+// ranks of apps/lockmix: 2.3 times as long), and with other jobs on the
+// node it made failures reported later (the fault suite's three jobs at
+// once, 4 ranks each on 2 cores: 16 of 1637 survivors' errors late, or
+// naming a rank that left after the faulty one, against none of 1837).
+// (Polling with Go's own yields took 940 µs at N = 3.)
 func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, nodeRanks, cores int) verbs.Config {
 	share := nodeRanks > cores
 	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: timeout, NetDev: s.NetDev, Spin: s.SoftSpin, ShareCores: share}
-	if s.SoftSpin == 0 || (nodeRanks > 2*cores && !s.SoftSpinSet) {
+	if s.SoftSpin == 0 || (share && !s.SoftSpinSet) {
 		cfg.Spin = -1 // never poll
 	}
 	cfg.ShmNoCMA = !s.ShmCMA

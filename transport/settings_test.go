@@ -94,13 +94,12 @@ func TestProviderConfig(t *testing.T) {
 		{nil, 2, verbs.Config{Spin: config.DefaultSoftSpin}},
 		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2", config.EnvShmSpin: "0"}, 1, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2", ShmSpin: -1}},
 		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64", config.EnvShmSpin: "1ms"}, 2, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64, ShmSpin: time.Millisecond}},
-		// Sharing cores: soft polls (yielding) up to two ranks a core,
-		// not beyond unless RMAGO_SOFT_SPIN asks for it (even at its
-		// default value). (ShmSpin 0: the shm provider's default, which
-		// is shorter when sharing cores.)
-		{nil, 3, verbs.Config{Spin: config.DefaultSoftSpin, ShareCores: true}},
-		{nil, 4, verbs.Config{Spin: config.DefaultSoftSpin, ShareCores: true}},
+		// Sharing cores: soft does not poll unless RMAGO_SOFT_SPIN asks
+		// for it (even at its default value). (ShmSpin 0: the shm
+		// provider's default, which is shorter when sharing cores.)
+		{nil, 3, verbs.Config{Spin: -1, ShareCores: true}},
 		{nil, 5, verbs.Config{Spin: -1, ShareCores: true}},
+		{map[string]string{config.EnvSoftSpin: "100us"}, 4, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
 		{map[string]string{config.EnvShmSpin: "50us"}, 32, verbs.Config{Spin: -1, ShareCores: true, ShmSpin: 50 * time.Microsecond}},
 		{map[string]string{config.EnvSoftSpin: "100us"}, 32, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
 		{map[string]string{config.EnvSoftSpin: "0"}, 3, verbs.Config{Spin: -1, ShareCores: true}},

@@ -87,7 +87,7 @@ type Settings struct {
 	PMI      int           // RMAGO_PMI: 1 or 2
 
 	// SoftSpinSet: RMAGO_SOFT_SPIN was given. Unset, a node with more
-	// than two ranks a core does not poll (transport).
+	// ranks than cores does not poll (transport).
 	SoftSpinSet bool
 	// ShmSpinSet: RMAGO_SHM_SPIN was given. Unset, the shm provider polls
 	// for DefaultShmSpin, or SharedShmSpin on a node with more ranks than
