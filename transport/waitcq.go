@@ -92,9 +92,6 @@ func (f *Fabric) waitCQs(end time.Time, mask uint8) error {
 	if mask != 0 && mask&(mask-1) == 0 {
 		pref = bits.TrailingZeros8(mask)
 	}
-	if f.blocker != nil {
-		return f.waitBlocker(end, pref)
-	}
 	slice := mixedSlice
 	for i := 0; ; i++ {
 		if got, err := f.pollEach(); got || err != nil {
@@ -104,14 +101,7 @@ func (f *Fabric) waitCQs(end time.Time, mask uint8) error {
 		if !end.IsZero() && !now.Before(end) {
 			return verbs.ErrTimeout
 		}
-		c := f.ctxs[i%len(f.ctxs)]
-		if pref >= 0 {
-			c = f.ctxs[pref]
-		}
-		dl := now.Add(slice)
-		if !end.IsZero() && end.Before(dl) {
-			dl = end
-		}
+		c, dl := f.nextWait(i, pref, now, end, &slice)
 		n, err := c.cq.Wait(c.wcs, dl)
 		if n > 0 {
 			c.got = n
@@ -120,7 +110,6 @@ func (f *Fabric) waitCQs(end time.Time, mask uint8) error {
 		if err != nil && !errors.Is(err, verbs.ErrTimeout) {
 			return err
 		}
-		slice = min(2*slice, mixedSliceMax)
 	}
 }
 
@@ -193,33 +182,29 @@ func (f *Fabric) unhookBlocker() {
 	}
 }
 
-// waitBlocker is waitCQs with a blocker: a first slice in the context the
-// wait is for (pref, when it is not the blocker), then the blocker's Wait,
-// woken by every other context's completions.
-func (f *Fabric) waitBlocker(end time.Time, pref int) error {
-	b := f.blocker
-	for i := 0; ; i++ {
-		if got, err := f.pollEach(); got || err != nil {
-			return err
+// nextWait picks the context whose Wait the i-th look of a mixed job's
+// waiter blocks in, and until when. With a blocker: the blocker until
+// end, after a first slice in the context the wait is for (pref) when
+// that is another one. Without: a slice, doubling up to mixedSliceMax
+// from one call to the next, in pref's context, else in each in turn.
+func (f *Fabric) nextWait(i, pref int, now, end time.Time, slice *time.Duration) (*pctx, time.Time) {
+	var c *pctx
+	var d time.Duration
+	switch b := f.blocker; {
+	case b != nil && (i > 0 || pref < 0 || f.ctxs[pref] == b):
+		return b, end
+	case b != nil:
+		c, d = f.ctxs[pref], mixedSliceMax
+	default:
+		c = f.ctxs[i%len(f.ctxs)]
+		if pref >= 0 {
+			c = f.ctxs[pref]
 		}
-		now := time.Now()
-		if !end.IsZero() && !now.Before(end) {
-			return verbs.ErrTimeout
-		}
-		c, dl := b, end
-		if i == 0 && pref >= 0 && f.ctxs[pref] != b {
-			c, dl = f.ctxs[pref], now.Add(mixedSliceMax)
-			if !end.IsZero() && end.Before(dl) {
-				dl = end
-			}
-		}
-		n, err := c.cq.Wait(c.wcs, dl)
-		if n > 0 {
-			c.got = n
-			return nil
-		}
-		if err != nil && !errors.Is(err, verbs.ErrTimeout) {
-			return err
-		}
+		d, *slice = *slice, min(2**slice, mixedSliceMax)
 	}
+	dl := now.Add(d)
+	if !end.IsZero() && end.Before(dl) {
+		dl = end
+	}
+	return c, dl
 }
