@@ -326,3 +326,85 @@ func TestCoalescedNotification(t *testing.T) {
 		}
 	}
 }
+
+// TestCoalescedAccumulates: unsignalled accumulates without results wait
+// in the cork like small writes, their operands copied at post (changing
+// the origin's buffer afterwards changes nothing), and leave in order
+// with the next request sent at once: a fetch-add of the same word sees
+// every sum before it, a read in the batch sees them too, and the
+// signalled request's completion implies them all. Fetching ones are
+// sent at once.
+func TestCoalescedAccumulates(t *testing.T) {
+	a, b := corkedPair(t, 4096)
+	sum := verbs.Accumulate{Op: verbs.AccSum, Type: verbs.Int64}
+	id := uint64(0)
+	post := func(wr verbs.SendWR) {
+		t.Helper()
+		id++
+		wr.ID, wr.RKey = id, b.mr.RKey()
+		if _, err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 40 sums of 3 elements (k, 2k, 3k) into b's words 0-2, each operand
+	// overwritten in a's buffer right after its post.
+	const n = 40
+	for k := 1; k <= n; k++ {
+		for i := range 3 {
+			binary.LittleEndian.PutUint64(a.buf[8*i:], uint64(k*(i+1)))
+		}
+		post(verbs.SendWR{Op: verbs.OpAccumulate, SGL: a.sge(0, 24), RemoteAddr: b.mr.Addr(), Acc: sum})
+		for i := range 24 {
+			a.buf[i] = 0xEE
+		}
+		if k == 10 {
+			if got, want := corked(a), 10*(hdrLen+24); got != want {
+				t.Fatalf("cork holds %d bytes after 10 accumulates, want %d", got, want)
+			}
+		}
+	}
+	// (A read's data is taken when its response leaves, after the batch:
+	// it reads words 1 and 2, which the fetch-add does not change.)
+	post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(108, 16), RemoteAddr: b.mr.Addr() + 8})
+	if got, want := corked(a), n*(hdrLen+24)+hdrLen; got != want {
+		t.Fatalf("cork holds %d bytes after %d accumulates and a read, want %d", got, n, want)
+	}
+	// A fetch-add of word 0, sent at once behind the cork.
+	post(verbs.SendWR{Op: verbs.OpFetchAdd, Flags: verbs.Signaled, SGL: a.sge(200, 8), RemoteAddr: b.mr.Addr(), CompareAdd: 1000})
+	if got := corked(a); got != 0 {
+		t.Fatalf("cork holds %d bytes after a fetch-add", got)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, id)
+	}
+	total := uint64(n * (n + 1) / 2)
+	if old := binary.LittleEndian.Uint64(a.buf[200:]); old != total {
+		t.Fatalf("fetch-add saw %d, want %d", old, total)
+	}
+	for i := 1; i < 3; i++ {
+		if got := binary.LittleEndian.Uint64(a.buf[100+8*i:]); got != total*uint64(i+1) {
+			t.Fatalf("read of element %d: %d, want %d", i, got, total*uint64(i+1))
+		}
+	}
+	want := []uint64{total + 1000, 2 * total, 3 * total}
+	for i, w := range want {
+		if got := binary.LittleEndian.Uint64(b.buf[8*i:]); got != w {
+			t.Fatalf("target element %d = %d, want %d", i, got, w)
+		}
+	}
+	// A fetching accumulate is sent at once, with what the cork holds.
+	binary.LittleEndian.PutUint64(a.buf[300:], 5)
+	post(verbs.SendWR{Op: verbs.OpAccumulate, SGL: a.sge(300, 8), RemoteAddr: b.mr.Addr() + 64, Acc: sum})
+	binary.LittleEndian.PutUint64(a.buf[308:], 7)
+	post(verbs.SendWR{Op: verbs.OpAccumulate, Flags: verbs.Signaled, SGL: a.sge(308, 8), RemoteAddr: b.mr.Addr() + 64,
+		Acc: verbs.Accumulate{Op: verbs.AccSum, Type: verbs.Int64, Fetch: true}})
+	if got := corked(a); got != 0 {
+		t.Fatalf("cork holds %d bytes after a fetching accumulate", got)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, id)
+	}
+	if old, now := binary.LittleEndian.Uint64(a.buf[308:]), binary.LittleEndian.Uint64(b.buf[64:]); old != 5 || now != 12 {
+		t.Fatalf("fetching accumulate: old %d, target %d; want 5 and 12", old, now)
+	}
+}
