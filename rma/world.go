@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -19,8 +20,11 @@ type World struct {
 	f    *transport.Fabric
 	topo transport.Topology
 
-	mu     sync.Mutex
-	regs   []localRegion    // registered memory usable as origin buffers
+	mu sync.Mutex
+	// regs: registered memory usable as origin buffers, replaced (under
+	// mu) and never changed in place, so that the data path reads it
+	// without a lock.
+	regs   atomic.Pointer[[]localRegion]
 	open   map[any]leftover // windows not yet freed
 	nextID uint16
 	closed bool
@@ -298,7 +302,12 @@ func (w *World) check() error {
 func (w *World) register(b []byte, reg *transport.Region, owner any) {
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	w.mu.Lock()
-	w.regs = append(w.regs, localRegion{start: start, end: start + uintptr(len(b)), lkey: reg.Local(0).LKey, owner: owner})
+	var regs []localRegion
+	if old := w.regs.Load(); old != nil {
+		regs = append(regs, *old...)
+	}
+	regs = append(regs, localRegion{start: start, end: start + uintptr(len(b)), lkey: reg.Local(0).LKey, owner: owner})
+	w.regs.Store(&regs)
 	w.mu.Unlock()
 }
 
@@ -322,20 +331,27 @@ func (w *World) unregister(owner any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.open, owner)
-	for i, r := range w.regs {
-		if r.owner == owner {
-			w.regs = append(w.regs[:i], w.regs[i+1:]...)
-			return
+	old := w.regs.Load()
+	if old == nil {
+		return
+	}
+	regs := make([]localRegion, 0, len(*old))
+	for _, r := range *old {
+		if r.owner != owner {
+			regs = append(regs, r)
 		}
 	}
+	w.regs.Store(&regs)
 }
 
 // local finds the registered memory that holds [p, p+n), if any.
 func (w *World) local(p unsafe.Pointer, n uintptr) (transport.Local, bool) {
 	a := uintptr(p)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, r := range w.regs {
+	regs := w.regs.Load()
+	if regs == nil {
+		return transport.Local{}, false
+	}
+	for _, r := range *regs {
 		if a >= r.start && a+n <= r.end {
 			return transport.Local{Addr: uint64(a), LKey: r.lkey}, true
 		}
