@@ -55,7 +55,11 @@ func settings(opt Options) (config.Settings, error) {
 // node it made failures reported later (the fault suite's three jobs at
 // once, 4 ranks each on 2 cores: 16 of 1637 survivors' errors late, or
 // naming a rank that left after the faulty one, against none of 1837).
-// (Polling with Go's own yields took 940 µs at N = 3.)
+// (Polling with Go's own yields took 940 µs at N = 3.) The shm provider
+// polls for its default (RMAGO_SHM_SPIN unset) on any node, yielding the
+// core to other processes between polls when the cores are shared: its
+// wait ends by itself after 1 ms, where soft's spinner keeps polling as
+// long as frames come.
 func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, nodeRanks, cores int) verbs.Config {
 	share := nodeRanks > cores
 	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: timeout, NetDev: s.NetDev, Spin: s.SoftSpin, ShareCores: share}

@@ -96,7 +96,7 @@ func TestProviderConfig(t *testing.T) {
 		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64", config.EnvShmSpin: "1ms"}, 2, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64, ShmSpin: time.Millisecond}},
 		// Sharing cores: soft does not poll unless RMAGO_SOFT_SPIN asks
 		// for it (even at its default value). (ShmSpin 0: the shm
-		// provider's default, which is shorter when sharing cores.)
+		// provider's default.)
 		{nil, 3, verbs.Config{Spin: -1, ShareCores: true}},
 		{nil, 5, verbs.Config{Spin: -1, ShareCores: true}},
 		{map[string]string{config.EnvSoftSpin: "100us"}, 4, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},

@@ -57,12 +57,10 @@ const (
 	DefaultConnect  = "lazy"
 	// DefaultSoftSpin equals verbs/soft's DefaultSpin (a test checks it).
 	DefaultSoftSpin = 100 * time.Microsecond
-	// DefaultShmSpin equals verbs/shm's DefaultSpin (a test checks it):
-	// the polling of a node with a core per rank. Unset, a node with more
-	// ranks than cores polls for SharedShmSpin (transport).
+	// DefaultShmSpin equals verbs/shm's DefaultSpin (a test checks it).
+	// On a node with more ranks than cores the provider yields the core
+	// to other processes between its polls.
 	DefaultShmSpin = time.Millisecond
-	// SharedShmSpin equals verbs/shm's SharedSpin (a test checks it).
-	SharedShmSpin = 50 * time.Microsecond
 	// AdaptiveSpin is Settings.IBVSpin when RMAGO_IBV_SPIN is unset: each
 	// completion queue adapts its busy phase.
 	AdaptiveSpin = -1
@@ -90,8 +88,7 @@ type Settings struct {
 	// ranks than cores does not poll (transport).
 	SoftSpinSet bool
 	// ShmSpinSet: RMAGO_SHM_SPIN was given. Unset, the shm provider polls
-	// for DefaultShmSpin, or SharedShmSpin on a node with more ranks than
-	// cores.
+	// for its default (DefaultShmSpin).
 	ShmSpinSet bool
 }
 

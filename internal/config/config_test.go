@@ -32,9 +32,8 @@ func TestConfigDefaults(t *testing.T) {
 	if s != want || s != config.Defaults() {
 		t.Fatalf("defaults %+v, want %+v", s, want)
 	}
-	if config.DefaultShmSpin != shm.DefaultSpin || config.SharedShmSpin != shm.SharedSpin {
-		t.Errorf("config.DefaultShmSpin %v, shm.DefaultSpin %v; config.SharedShmSpin %v, shm.SharedSpin %v",
-			config.DefaultShmSpin, shm.DefaultSpin, config.SharedShmSpin, shm.SharedSpin)
+	if config.DefaultShmSpin != shm.DefaultSpin {
+		t.Errorf("config.DefaultShmSpin %v, shm.DefaultSpin %v", config.DefaultShmSpin, shm.DefaultSpin)
 	}
 	if config.DefaultSoftSpin != soft.DefaultSpin {
 		t.Errorf("config.DefaultSoftSpin %v, soft.DefaultSpin %v", config.DefaultSoftSpin, soft.DefaultSpin)

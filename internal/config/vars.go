@@ -52,7 +52,7 @@ var Vars = []Var{
 	{EnvSoftSpin, Setting, "how long a waiting soft rank polls after the last message before it sleeps",
 		"a Go duration >= 0 such as 100us; 0: never poll", "100us; 0 on a node with more ranks than cores (given there, a polling rank yields its core to other processes between polls)", "transport (Open) via verbs.Config.Spin"},
 	{EnvShmSpin, Setting, "how long the shm provider's completion wait polls before it sleeps on its futex",
-		"a Go duration >= 0 such as 50us; 0: sleep at once", "1ms; 50us on a node with more ranks than cores", "transport (Open) via verbs.Config.ShmSpin"},
+		"a Go duration >= 0 such as 50us; 0: sleep at once", "1ms (on a node with more ranks than cores, yielding the core to other processes between polls)", "transport (Open) via verbs.Config.ShmSpin"},
 	{EnvShmCMA, Setting, "whether the shm provider reaches node-local memory that is not shared (created windows) with cross-memory attach (process_vm_readv/writev), or through its owner's socket (as when the kernel refuses it)",
 		"on or off", "on", "transport (Open) via verbs.Config.ShmNoCMA"},
 	{EnvIBVSpin, Setting, "polls of the ibv provider's CQ wait before it sleeps on the completion channel",

@@ -82,20 +82,19 @@ var (
 	_ verbs.ConnRequest   = (*connRequest)(nil)
 )
 
-// DefaultSpin is how long CQ.Wait polls before it sleeps on its futex
-// when every rank on the node has a core of its own, unless
-// verbs.Config.ShmSpin (RMAGO_SHM_SPIN through transport) says otherwise.
-// A futex wake-up costs tens of µs, and the wait for a peer's 8 MiB copy
-// is a few hundred: polling through it is what a core of its own is for
-// (fence3 at 8 MiB, 2 ranks: 850-1030 µs a round trip with 50 µs of
-// polling, 590-650 with 1 ms). A rank blocked for a second still spends
-// only 1 ms of it polling.
+// DefaultSpin is how long CQ.Wait polls before it sleeps on its futex,
+// unless verbs.Config.ShmSpin (RMAGO_SHM_SPIN through transport) says
+// otherwise. A futex wake-up costs tens of µs, and the wait for a peer's
+// 8 MiB copy is a few hundred: polling through it is what a core of its
+// own is for (fence3 at 8 MiB, 2 ranks: 850-1030 µs a round trip with 50
+// µs of polling, 590-650 with 1 ms). On a node with more ranks than cores
+// (verbs.Config.ShareCores) the wait gives the core to other processes
+// between polls (sched_yield), so a polling rank does not keep the peer
+// it waits for off the core; there too 1 ms beat the 50 µs it used to be
+// (one-to-many fence3, 4 ranks on 2 cores, 8 B 83-128 -> 69-79 µs, 1 MiB
+// 850-1025 -> 270-307 µs; no change for 32 ranks of apps/lockmix). A
+// rank blocked for a second still spends only 1 ms of it polling.
 const DefaultSpin = time.Millisecond
-
-// SharedSpin is the default polling on a node with more ranks than cores
-// (verbs.Config.ShareCores), where a polling rank takes the core a peer
-// needs to answer it.
-const SharedSpin = 50 * time.Microsecond
 
 // maxSGE is the most scatter-gather entries a request may carry.
 const maxSGE = 4
@@ -154,8 +153,6 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 		c.notShared = reachSock
 	}
 	switch {
-	case cfg.ShmSpin == 0 && cfg.ShareCores:
-		c.spin = SharedSpin
 	case cfg.ShmSpin == 0:
 		c.spin = DefaultSpin
 	case cfg.ShmSpin > 0:
