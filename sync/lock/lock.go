@@ -185,22 +185,15 @@ func (l *Locks) unlockExclusive(sl *slot, target int, wait bool) error {
 	l.mu.Lock()
 	l.nexcl--
 	if !wait {
-		err := sl.postRelease(target, control.Lock, release(l.me), relTWord)
-		if err == nil {
-			err = sl.postRelease(Leader, control.Global, classExcl.minusOne(), relGWord)
-		}
+		err := sl.postReleases(target, release(l.me), classExcl.minusOne())
 		l.mu.Unlock()
 		if err == nil {
 			err = l.f.Err(Leader)
 		}
 		return l.released(target, err)
 	}
-	var seqT, seqG uint64
-	var errG error
-	seqT, err := sl.post(target, control.Lock, transport.FetchAddOp, release(l.me), 0, 0)
-	if err == nil {
-		seqG, errG = sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.minusOne(), 0, 1)
-	}
+	seqT, err, seqG, errG := sl.postPair(req{target, control.Lock, transport.FetchAddOp, release(l.me), 0, 0},
+		req{Leader, control.Global, transport.FetchAddOp, classExcl.minusOne(), 0, 1})
 	l.mu.Unlock()
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
 )
 
@@ -60,6 +61,38 @@ func (s *slot) post(r, w int, op transport.AtomicOp, a, b uint64, k int) (uint64
 	return s.l.f.PostAtomic(r, transport.Atomic{Op: op, Local: c.LocalAt(s.word + k), Remote: c.RemoteAt(r, w), CompareAdd: a, Swap: b})
 }
 
+// req is one atomic of a pair: op(a, b) on rank r's word w, its old value
+// landing in result word k.
+type req struct {
+	r, w int
+	op   transport.AtomicOp
+	a, b uint64
+	k    int
+}
+
+// postPair posts x, then y, as post posts each, and returns their
+// sequence numbers and errors (y is not posted if x failed: its error is
+// then x's). Two atomics to the same rank that go through requests leave
+// as one chain (one write to the socket on soft instead of two); the
+// second's completion implies the first's, so both numbers are then the
+// second's, and an error is both's.
+func (s *slot) postPair(x, y req) (seqX uint64, errX error, seqY uint64, errY error) {
+	c := s.l.c
+	if x.r != y.r || c.Direct(x.r) != nil {
+		if seqX, errX = s.post(x.r, x.w, x.op, x.a, x.b, x.k); errX != nil {
+			return 0, errX, 0, errX
+		}
+		seqY, errY = s.post(y.r, y.w, y.op, y.a, y.b, y.k)
+		return seqX, nil, seqY, errY
+	}
+	ops := [2]transport.Atomic{
+		{Op: x.op, Local: c.LocalAt(s.word + x.k), Remote: c.RemoteAt(x.r, x.w), CompareAdd: x.a, Swap: x.b},
+		{Op: y.op, Local: c.LocalAt(s.word + y.k), Remote: c.RemoteAt(y.r, y.w), CompareAdd: y.a, Swap: y.b},
+	}
+	seq, err := s.l.f.PostAtomics(x.r, ops[:])
+	return seq, err, seq, err
+}
+
 // directAtomic runs op on *p with sync/atomic and returns the old value,
 // as the NIC's fetch-and-add and compare-and-swap do.
 func directAtomic(p *uint64, op transport.AtomicOp, a, b uint64) uint64 {
@@ -88,6 +121,23 @@ func (s *slot) postRelease(r, w int, v uint64, k int) error {
 	} else {
 		s.relG = seq
 	}
+	return nil
+}
+
+// postReleases posts the releases of an exclusive lock on rank t (adds
+// vT to its Lock word) and at the leader's Global word (adds vG), as
+// postRelease posts each, as one chain when t is the leader.
+func (s *slot) postReleases(t int, vT, vG uint64) error {
+	seqT, err, seqG, errG := s.postPair(req{t, control.Lock, transport.FetchAddOp, vT, 0, relTWord},
+		req{Leader, control.Global, transport.FetchAddOp, vG, 0, relGWord})
+	if err != nil {
+		return err
+	}
+	s.relT = seqT
+	if errG != nil {
+		return errG
+	}
+	s.relG = seqG
 	return nil
 }
 

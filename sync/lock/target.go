@@ -97,12 +97,18 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 // word says.
 func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uint64) error {
 	var err error
-	if !joined {
-		if seqG, err = sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.one(), 0, 0); err != nil {
-			return err
+	cas := req{t, control.Lock, transport.CompareSwapOp, 0, taken(l.me), 1}
+	var seqT uint64
+	var errT error
+	if joined {
+		seqT, errT = sl.post(cas.r, cas.w, cas.op, cas.a, cas.b, cas.k)
+	} else {
+		var errG error
+		seqG, errG, seqT, errT = sl.postPair(req{Leader, control.Global, transport.FetchAddOp, classExcl.one(), 0, 0}, cas)
+		if errG != nil {
+			return errG
 		}
 	}
-	seqT, errT := sl.post(t, control.Lock, transport.CompareSwapOp, 0, taken(l.me), 1)
 	if err := l.f.Await(Leader, seqG); err != nil {
 		return err
 	}
