@@ -36,6 +36,22 @@ func corkedPair(t *testing.T, size int) (*side, *side) {
 	return a, b
 }
 
+// idPoster returns post, which posts a work request on a's queue pair
+// with b's rkey and the next ID (1, 2, ...), failing the test if the post
+// fails, and last, the last ID it gave.
+func idPoster(t *testing.T, a, b *side) (post func(verbs.SendWR), last func() uint64) {
+	id := uint64(0)
+	post = func(wr verbs.SendWR) {
+		t.Helper()
+		id++
+		wr.ID, wr.RKey = id, b.mr.RKey()
+		if _, err := a.qp.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return post, func() uint64 { return id }
+}
+
 // corked is what a's queue pair holds in its cork, in bytes.
 func corked(s *side) int {
 	q := s.qp.(*qp)
@@ -61,15 +77,7 @@ func TestCoalescedBatchOrder(t *testing.T) {
 	if _, err := b.qp.PostRecv(&rwr); err != nil {
 		t.Fatal(err)
 	}
-	id := uint64(0)
-	post := func(wr verbs.SendWR) {
-		t.Helper()
-		id++
-		wr.ID, wr.RKey = id, b.mr.RKey()
-		if _, err := a.qp.PostSend(&wr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	post, last := idPoster(t, a, b)
 	// Round r writes byte r+1 to b[16r:16r+16] and to b[1000] (which
 	// every round overwrites), then reads b[16r:16r+16] into
 	// a[1024+16r:], then adds 1 to the counter at b[4096], old value to
@@ -131,8 +139,8 @@ func TestCoalescedBatchOrder(t *testing.T) {
 		t.Fatalf("cork holds %d bytes after %d writes and a read, want %d", got, many, want)
 	}
 	post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(0, 1), RemoteAddr: b.mr.Addr() + 1001})
-	if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
-		t.Fatalf("completion %+v, want request %d", wc, id)
+	if wc := waitOne(t, a.sendCQ); wc.ID != last() || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, last())
 	}
 	if n, _ := a.sendCQ.Poll(make([]verbs.WC, 4)); n != 0 {
 		t.Fatalf("unsignalled requests produced %d completions", n)
@@ -337,15 +345,7 @@ func TestCoalescedNotification(t *testing.T) {
 func TestCoalescedAccumulates(t *testing.T) {
 	a, b := corkedPair(t, 4096)
 	sum := verbs.Accumulate{Op: verbs.AccSum, Type: verbs.Int64}
-	id := uint64(0)
-	post := func(wr verbs.SendWR) {
-		t.Helper()
-		id++
-		wr.ID, wr.RKey = id, b.mr.RKey()
-		if _, err := a.qp.PostSend(&wr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	post, last := idPoster(t, a, b)
 	// 40 sums of 3 elements (k, 2k, 3k) into b's words 0-2, each operand
 	// overwritten in a's buffer right after its post.
 	const n = 40
@@ -374,8 +374,8 @@ func TestCoalescedAccumulates(t *testing.T) {
 	if got := corked(a); got != 0 {
 		t.Fatalf("cork holds %d bytes after a fetch-add", got)
 	}
-	if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
-		t.Fatalf("completion %+v, want request %d", wc, id)
+	if wc := waitOne(t, a.sendCQ); wc.ID != last() || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, last())
 	}
 	total := uint64(n * (n + 1) / 2)
 	if old := binary.LittleEndian.Uint64(a.buf[200:]); old != total {
@@ -401,8 +401,8 @@ func TestCoalescedAccumulates(t *testing.T) {
 	if got := corked(a); got != 0 {
 		t.Fatalf("cork holds %d bytes after a fetching accumulate", got)
 	}
-	if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
-		t.Fatalf("completion %+v, want request %d", wc, id)
+	if wc := waitOne(t, a.sendCQ); wc.ID != last() || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, last())
 	}
 	if old, now := binary.LittleEndian.Uint64(a.buf[308:]), binary.LittleEndian.Uint64(b.buf[64:]); old != 5 || now != 12 {
 		t.Fatalf("fetching accumulate: old %d, target %d; want 5 and 12", old, now)
