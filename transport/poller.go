@@ -46,7 +46,7 @@ func (f *Fabric) EndProgress() {
 //     100 µs (an idle rank then costs next to no CPU);
 //   - on hardware (and shm), where memory changes by itself, it spins,
 //     and on one poll in hwPureSpins it drives the fabric and yields:
-//     to goroutines for a few such polls, then for LocalSpin to other processes
+//     to goroutines for a few such polls, then for HWSpin to other processes
 //     (sched_yield) if the node has more ranks than cores or a NIC or
 //     kernel engine needs the CPU (to goroutines only otherwise), and
 //     then sleeps the shortest sleep Go offers between polls:
@@ -68,6 +68,19 @@ type Poller struct {
 // LocalSpin is how long a Poller keeps polling without sleeping after the
 // last progress it saw, with a provider this process drives.
 const LocalSpin = 100 * time.Microsecond
+
+// HWSpin is how long a Poller on hardware (and shm) yields between polls
+// before it sleeps: as long as Go's shortest sleep may last (up to a
+// millisecond here), the classic rule for spinning, so that a wait no
+// longer than a sleep costs no sleep. It used to be LocalSpin: a rank
+// polling its flag while the peer copied 8 MiB into its window (the shm
+// lock ping-pong) went to sleep after 100 µs and woke up to a millisecond
+// late (lock 8 MiB 1192-1252 -> 638-830 µs a round trip, lockall
+// 1222-1396 -> 612-736; 2 ranks, three alternating runs). A rank blocked
+// for a second still spends only this much of it polling, yielding the
+// core to other processes where the node shares its cores or an engine
+// needs them.
+const HWSpin = time.Millisecond
 
 const (
 	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
@@ -134,7 +147,7 @@ func (w *Poller) Pause() bool {
 		case w.polls < hwYields:
 			runtime.Gosched()
 		case w.spinEnd.IsZero() || now.Before(w.spinEnd):
-			// Then, for LocalSpin, yield the core to other processes
+			// Then, for HWSpin, yield the core to other processes
 			// (peers on this node, the kernel's RDMA engine) where they
 			// need it: Go's shortest sleep lasts up to a millisecond when
 			// nothing else runs. With a core per rank and no engine to
@@ -142,7 +155,7 @@ func (w *Poller) Pause() bool {
 			// unrelated thread for a whole time slice (a shm lock round
 			// trip took 27 µs instead of 3 in one run of three).
 			if w.spinEnd.IsZero() {
-				w.spinEnd = now.Add(LocalSpin)
+				w.spinEnd = now.Add(HWSpin)
 			}
 			if w.f.shareCores || w.f.engines {
 				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
