@@ -332,6 +332,27 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 				end = deadline.Add(cmp.Or(op.grace, f.noticeGrace()))
 				continue
 			}
+			if !cond() && from != nil {
+				stopped, running := f.missingState(from)
+				if stopped == 0 && running > 0 && !op.spared {
+					// The grace passed, but the ranks still missing run
+					// (the kernel says so): they are more likely stuck on
+					// a rank that failed than failed themselves, and the
+					// rank waiting for that one may have a longer grace
+					// (a dissemination step's is shorter than a fence's
+					// first round's) or be late on a crowded node. Wait,
+					// once, until half a grace past the longest grace.
+					op.spared = true
+					end = deadline.Add(f.noticeGrace() * 3 / 2)
+					if now := time.Now(); !end.After(now) {
+						end = now.Add(f.noticeGrace() / 2)
+					}
+					continue
+				}
+				// Blame, and give up, only the ranks seen stopped or
+				// gone, if any: the running ones wait for them too.
+				op.onlyStopped = stopped > 0 && running > 0
+			}
 			if !cond() {
 				f.scan = op
 				terr := f.timeoutErr(op, deadline, from)
@@ -339,7 +360,7 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 					return f.failPeer(op.rank, terr)
 				}
 				if from != nil && op.ntags > 0 && op.tags[0]>>28 == TagFence {
-					f.giveUpMissing(from, terr)
+					f.giveUpMissing(op, from, terr)
 				}
 				return terr
 			}

@@ -72,6 +72,59 @@ type waitOp struct {
 	// grace, if not zero, replaces noticeGrace for this wait (a
 	// dissemination step's: see AwaitNotesGrace).
 	grace time.Duration
+	// spared: the wait was extended once because the ranks it missed
+	// were seen running (missingState).
+	spared bool
+	// onlyStopped: of the ranks the wait missed, some were seen stopped
+	// or gone and some running; it blames and gives up only the former.
+	onlyStopped bool
+}
+
+// missingState counts the ranks a notification wait still misses (from,
+// without their notification and with no error recorded) that their
+// queue pairs see stopped or gone, and those they see running
+// (verbs.PeerRunner: shm peers, whose processes the kernel shows). A rank
+// seen running is not the one that failed: blaming it would name a
+// healthy rank, and giving it up would make every survivor name it.
+// f.mu held.
+func (f *Fabric) missingState(from func(yield func(int) bool)) (stopped, running int) {
+	from(func(r int) bool {
+		if r == f.rank || f.delivered(r) || f.peers[r].Load() == nil || f.Err(r) != nil {
+			return true
+		}
+		if run, known := f.peerRunning(r); known && run {
+			running++
+		} else if known {
+			stopped++
+		}
+		return true
+	})
+	return stopped, running
+}
+
+// peerRunning asks rank r's queue pair whether its process runs
+// (verbs.PeerRunner); known is false when it cannot tell.
+func (f *Fabric) peerRunning(r int) (running, known bool) {
+	p := f.peers[r].Load()
+	if p == nil {
+		return false, false
+	}
+	pr, ok := p.qp.(verbs.PeerRunner)
+	if !ok {
+		return false, false
+	}
+	return pr.PeerRunning()
+}
+
+// suspect reports whether rank r, which a wait that timed out missed,
+// is to be blamed: not when op found that some of the missed ranks were
+// stopped or gone and r is seen running. f.mu held.
+func (f *Fabric) suspect(op waitOp, r int) bool {
+	if !op.onlyStopped {
+		return true
+	}
+	run, known := f.peerRunning(r)
+	return !known || !run
 }
 
 // failPeer fails the connection to rank r after a wait for one of its
@@ -107,9 +160,9 @@ func (f *Fabric) failPeer(r int, err error) error {
 // rank at their own timeout. Only fences do it: a rank leaving (Close's
 // barrier) must not tell the others that the ranks it left behind failed.
 // f.mu held.
-func (f *Fabric) giveUpMissing(from func(yield func(int) bool), err error) {
+func (f *Fabric) giveUpMissing(op waitOp, from func(yield func(int) bool), err error) {
 	from(func(r int) bool {
-		if r != f.rank && !f.delivered(r) && f.peers[r].Load() != nil && f.Err(r) == nil {
+		if r != f.rank && !f.delivered(r) && f.peers[r].Load() != nil && f.Err(r) == nil && f.suspect(op, r) {
 			f.failPeer(r, err)
 		}
 		return true
@@ -126,7 +179,7 @@ func (f *Fabric) timeoutErr(op waitOp, deadline time.Time, from func(yield func(
 		var missing []int
 		if from != nil {
 			from(func(r int) bool {
-				if !f.delivered(r) {
+				if !f.delivered(r) && f.suspect(op, r) {
 					missing = append(missing, r)
 				}
 				return true

@@ -321,6 +321,17 @@ type ErrorReporter interface {
 	Err() error
 }
 
+// PeerRunner is implemented by queue pairs whose peer is a process that
+// this one can see, without the peer's help (shm: a process of this node):
+// PeerRunning reports whether it exists and runs (running, or sleeping in
+// the kernel) rather than being stopped or gone; known is false when the
+// queue pair cannot tell. A rank that waited out its timeout for a peer
+// asks it before blaming the peer: a peer that runs is more likely stuck
+// waiting for another rank that failed.
+type PeerRunner interface {
+	PeerRunning() (running, known bool)
+}
+
 // ErrorSetter is implemented by queue pairs that can be moved to the error
 // state on demand, as ibv_modify_qp to IBV_QPS_ERR does: every outstanding
 // request completes with an error and later posts fail; cause is what Err

@@ -78,6 +78,7 @@ var (
 	_ verbs.PostCompleter = (*qp)(nil)
 	_ verbs.ErrorReporter = (*qp)(nil)
 	_ verbs.ErrorSetter   = (*qp)(nil)
+	_ verbs.PeerRunner    = (*qp)(nil)
 	_ verbs.Mapper        = (*qp)(nil)
 	_ verbs.ConnRequest   = (*connRequest)(nil)
 )
