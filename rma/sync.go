@@ -362,7 +362,8 @@ func (win *Window[T]) Unlock(target int) error {
 }
 
 // LockAll opens a shared passive-target epoch to every rank
-// (MPI_Win_lock_all) with one remote atomic, whatever the job size. Like
+// (MPI_Win_lock_all): a shared lock on every rank's window, one remote
+// atomic per rank, all in flight at once (one round trip). Like
 // Lock, it is the rank's epoch: while another goroutine holds (or takes)
 // LockAll or a lock on any rank, it waits until they are released, bounded
 // by the fabric's timeout.

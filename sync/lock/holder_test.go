@@ -51,11 +51,11 @@ func TestTimeoutNamesHolder(t *testing.T) {
 			want:  map[int]string{0: "held shared by 1 locker(s) of rank 3's window"},
 			ranks: map[int][]int{0: {target}}},
 		{name: "lockall-behind-exclusive", exclusive: true, lockAll: map[int]bool{0: true},
-			want:  map[int]string{0: "0 lock_all holder(s) and 1 exclusive lock(s) held, 1 lock_all and 0 exclusive locker(s) waiting (counts: the word does not name them); exclusive locks held by rank 2"},
-			ranks: map[int][]int{0: {Leader, holder}}},
+			want:  map[int]string{0: "waiting at rank 3's lock word, held exclusively by rank 2; 1 lock_all locker(s) waiting"},
+			ranks: map[int][]int{0: {target, holder}}},
 		{name: "lockall", all: true,
-			want:  map[int]string{0: "1 lock_all holder(s) and 0 exclusive lock(s) held"},
-			ranks: map[int][]int{0: {target, Leader}}},
+			want:  map[int]string{0: "held shared by 1 locker(s) of rank 3's window"},
+			ranks: map[int][]int{0: {target}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,43 +4,57 @@ import (
 	"errors"
 
 	"github.com/rmago/rmago/sync/control"
-	"github.com/rmago/rmago/transport"
 )
 
 // A target's Lock word:
 //
 //	bit  63     exclusive: some rank holds the exclusive lock
-//	bits 40-62  the exclusive holder's rank + 1 (0 while bit 63 is clear),
-//	            set by the same compare-and-swap as bit 63, so that a
-//	            locker that finds the lock busy can name its holder
-//	bits 20-39  exclusive lockers waiting (they hold the Global word's
-//	            exclusive side already)
-//	bits  0-19  shared holders (and shared lockers about to withdraw)
+//	bits 48-62  the exclusive holder's rank + 1 (0 while bit 63 is clear,
+//	            and for a holder whose rank does not fit), set by the same
+//	            compare-and-swap as bit 63, so that a locker that finds the
+//	            lock busy can name its holder
+//	bits 32-47  marks of lock_all waiters that found an exclusive holder
+//	            here: new exclusive lockers wait for them (lockall.go)
+//	bits 16-31  exclusive lockers waiting
+//	bits  0-15  shared holders, lock_all holders among them (and shared
+//	            lockers about to withdraw)
 //
-// Each count is at most one per rank and target, and a job locks with
-// atomics only up to maxClass ranks, so 20 bits never overflow.
+// Each count is at most one per rank, and a job locks with atomics only up
+// to maxRanks ranks, so 16 bits never overflow.
 const (
-	countBits    = 20
+	countBits    = 16
 	sharedMask   = uint64(1)<<countBits - 1
 	writerOne    = uint64(1) << countBits
 	writerMask   = sharedMask << countBits
-	holderShift  = 2 * countBits
-	holderMask   = (uint64(1)<<(63-holderShift) - 1) << holderShift
+	markOne      = uint64(1) << (2 * countBits)
+	markMask     = sharedMask << (2 * countBits)
+	holderShift  = 3 * countBits
+	holderMax    = 1<<(63-holderShift) - 1
+	holderMask   = uint64(holderMax) << holderShift
 	minusShared  = ^uint64(0)           // -1
 	minusWriter  = ^writerOne + 1       // one waiting writer less
+	minusMark    = ^markOne + 1         // one mark less
 	exclusiveBit = control.ExclusiveBit // adding it clears it when set
+
+	// maxRanks bounds the job size for the lock words' counts.
+	maxRanks = int(sharedMask)
 )
 
 // taken is what rank me's compare-and-swap adds to a Lock word to take
-// the exclusive lock: bit 63 and its rank as the holder.
-func taken(me int) uint64 { return exclusiveBit | uint64(me+1)<<holderShift }
+// the exclusive lock: bit 63 and its rank as the holder (if it fits).
+func taken(me int) uint64 {
+	if me+1 > holderMax {
+		return exclusiveBit
+	}
+	return exclusiveBit | uint64(me+1)<<holderShift
+}
 
 // release is the addend that undoes taken(me): adding bit 63 clears it
 // (the carry leaves the word), and the holder field goes back to 0.
-func release(me int) uint64 { return exclusiveBit - uint64(me+1)<<holderShift }
+func release(me int) uint64 { return -taken(me) }
 
-// holder returns the exclusive holder's rank recorded in Lock word s, or
-// -1 if the exclusive bit is clear.
+// holder returns the exclusive holder's rank recorded in Lock word s, -1
+// if the exclusive bit is clear, and -2 if the holder's rank did not fit.
 func holder(s uint64) int {
 	if s&exclusiveBit == 0 {
 		return -1
@@ -52,6 +66,7 @@ func holder(s uint64) int {
 // shared locker that finds one withdraws and waits until no writer waits
 // or holds. A shared locker that finds only a holder keeps its count,
 // which keeps new writers out, and waits for the holder to leave.
+// Lock_all waiters' marks do not concern it.
 func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 	for {
 		old, err := sl.add(t, control.Lock, 1)
@@ -63,7 +78,7 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 			return nil
 		case old&writerMask == 0:
 			for s := old + 1; s&exclusiveBit != 0; {
-				if err := l.pause(b, t); err != nil {
+				if err := l.pause(b); err != nil {
 					return withdraw(busyTarget(err, t, s), sl, t, minusShared)
 				}
 				if s, err = sl.read(t, control.Lock); err != nil {
@@ -76,7 +91,7 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 			return err
 		}
 		for s := old; s&(exclusiveBit|writerMask) != 0; {
-			if err := l.pause(b, t); err != nil {
+			if err := l.pause(b); err != nil {
 				return busyTarget(err, t, s)
 			}
 			if s, err = sl.read(t, control.Lock); err != nil {
@@ -86,81 +101,23 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 	}
 }
 
-// lockExclusive takes an exclusive lock on t. It posts its arrival at the
-// leader's Global word and a compare-and-swap of t's word from 0 to the
-// exclusive bit together (one round trip uncontended). If lock_all holds
-// or waits, it gives the target back and waits at the Global word first;
-// then, if the target was not free, it waits at the target as a writer.
-//
-// joined: this rank already holds an exclusive lock and Lock (under its
-// mutex) posted the Global arrival as seqG; it is admitted whatever the
-// word says.
-func (l *Locks) lockExclusive(sl *slot, t int, b *backoff, joined bool, seqG uint64) error {
-	var err error
-	cas := req{t, control.Lock, transport.CompareSwapOp, 0, taken(l.me), 1}
-	var seqT uint64
-	var errT error
-	if joined {
-		seqT, errT = sl.post(cas.r, cas.w, cas.op, cas.a, cas.b, cas.k)
-	} else {
-		var errG error
-		seqG, errG, seqT, errT = sl.postPair(req{Leader, control.Global, transport.FetchAddOp, classExcl.one(), 0, 0}, cas)
-		if errG != nil {
-			return errG
-		}
-	}
-	if err := l.f.Await(Leader, seqG); err != nil {
+// lockExclusive takes an exclusive lock on t: a compare-and-swap of t's
+// word from 0 to the exclusive bit and this rank (one round trip
+// uncontended); if the word was not 0, it waits at t as a writer.
+func (l *Locks) lockExclusive(sl *slot, t int, b *backoff) error {
+	old, err := sl.cas(t, control.Lock, 0, taken(l.me))
+	if err != nil || old == 0 {
 		return err
 	}
-	oldG := sl.result(0)
-	if errT == nil {
-		errT = l.f.Await(t, seqT)
-	}
-	if errT != nil {
-		if t == Leader {
-			// The release would queue behind the failed request on the
-			// same queue pair and wait out a second timeout.
-			return errT
-		}
-		return errors.Join(errT, l.releaseGlobal(sl, classExcl))
-	}
-	gotT := sl.result(1) == 0
-	if !joined && !classExcl.admits(oldG) {
-		// Hold nothing while waiting for lock_all's phase to end: a
-		// reserved target would keep its other lockers waiting on us, and
-		// admitted writers of it would keep lock_all (and us) waiting.
-		if gotT {
-			oldG, _, err = sl.add2(Leader, control.Global, classExcl.toWait(), t, control.Lock, release(l.me))
-			gotT = false
-		} else {
-			oldG, err = sl.add(Leader, control.Global, classExcl.toWait())
-		}
-		if err != nil {
-			return err
-		}
-		if err := l.waitGlobal(sl, classExcl, oldG+classExcl.toWait(), b, t); err != nil {
-			return err
-		}
-	}
-	if gotT {
-		return nil
-	}
-	if err := l.waitTarget(sl, t, b); err != nil {
-		if t == Leader && !errors.Is(err, errBusy) {
-			return err // an atomic to the leader failed: see above
-		}
-		if errors.Is(err, errBusy) {
-			return errors.Join(err, sl.undo(func() error { return l.releaseGlobal(sl, classExcl) }))
-		}
-		return errors.Join(err, l.releaseGlobal(sl, classExcl))
-	}
-	return nil
+	return l.waitTarget(sl, t, b)
 }
 
-// waitTarget takes the exclusive bit of t for a holder of the Global
-// word's exclusive side: it counts itself as a waiting writer (which
-// keeps new shared lockers out), waits until no lock is held on t, and
-// swaps the bit in.
+// waitTarget takes the exclusive bit of t: it counts itself as a waiting
+// writer (which keeps new shared lockers and lock_all out), waits until no
+// lock is held on t and no lock_all waiter has marked it, and swaps the
+// bit in. A rank that holds an exclusive lock already does not wait for
+// the marks: the lock_all waiter that left them may be waiting for that
+// very lock.
 func (l *Locks) waitTarget(sl *slot, t int, b *backoff) error {
 	old, err := sl.add(t, control.Lock, writerOne)
 	if err != nil {
@@ -168,7 +125,7 @@ func (l *Locks) waitTarget(sl *slot, t int, b *backoff) error {
 	}
 	s := old + writerOne
 	for {
-		if s&(exclusiveBit|sharedMask) == 0 {
+		if s&(exclusiveBit|sharedMask) == 0 && (s&markMask == 0 || l.nexcl.Load() > 0) {
 			old, err := sl.cas(t, control.Lock, s, s+minusWriter+taken(l.me))
 			if err != nil || old == s {
 				return err
@@ -176,8 +133,8 @@ func (l *Locks) waitTarget(sl *slot, t int, b *backoff) error {
 			s = old
 			continue
 		}
-		if err := l.pause(b, t); err != nil {
-			return withdraw(busyTarget(err, t, s), sl, t, minusWriter)
+		if err := l.pause(b); err != nil {
+			return sl.undo(func() error { return withdraw(busyTarget(err, t, s), sl, t, minusWriter) })
 		}
 		if s, err = sl.read(t, control.Lock); err != nil {
 			return err
