@@ -362,8 +362,9 @@ func (win *Window[T]) Unlock(target int) error {
 }
 
 // LockAll opens a shared passive-target epoch to every rank
-// (MPI_Win_lock_all): a shared lock on every rank's window, one remote
-// atomic per rank, all in flight at once (one round trip). Like
+// (MPI_Win_lock_all): one remote atomic at rank 0 in a job that spans a
+// network, whatever its size; on one node's shared memory, a CPU atomic
+// on every rank's lock word (docs/sync-protocols.md). Like
 // Lock, it is the rank's epoch: while another goroutine holds (or takes)
 // LockAll or a lock on any rank, it waits until they are released, bounded
 // by the fabric's timeout.

@@ -18,9 +18,12 @@ const (
 	// rank holds the exclusive lock on this rank's window, bits 48-62 then
 	// holding the holder's rank + 1; bits 32-47 count lock_all waiters'
 	// marks, bits 16-31 exclusive lockers waiting, bits 0-15 shared
-	// holders, lock_all holders among them (sync/lock describes the
-	// protocol). Word 1 is unused.
+	// holders (sync/lock describes the protocol).
 	Lock = 0
+	// Global is meaningful at the leader (rank 0) only, and only in jobs
+	// whose lock protocol keeps lock_all and exclusive locks apart there
+	// (sync/lock's leader mode): it counts the holders and waiters of each.
+	Global = 1
 	// FenceMasks is the first of the fence's put masks (sync/fence's
 	// lazy.go), two words per sender s < MaxMaskRanks, alternating
 	// between fences: FenceMasks + 2*s + fence parity holds the set of
@@ -37,19 +40,20 @@ const (
 // control words between FenceMasks and LockBase.
 const MaxMaskRanks = (LockBase - FenceMasks) / 2
 
-// LockSlotWords is the number of result words per lock target: one for
-// the awaited atomics of a Lock, Unlock or LockAll, and one for the
-// releases that Unlock and UnlockAll post without waiting for them.
-const LockSlotWords = 2
+// LockSlotWords is the number of result words per lock target (and for
+// lock_all): two for the awaited atomics of a Lock, Unlock or LockAll,
+// and one each for the target's and the leader's release atomics that
+// Unlock and UnlockAll post without waiting for them.
+const LockSlotWords = 4
 
 // LockResult is the first of the LockSlotWords result words where the old
-// values of the lock protocol's atomics to target t land, in a job of size
-// ranks. Each target has its own words, so that locks of different
-// targets may be taken concurrently.
+// values of the lock protocol's atomics for target t land (t == size:
+// lock_all), in a job of size ranks. Each target has its own words, so
+// that locks of different targets may be taken concurrently.
 func LockResult(size, t int) int { return LockBase + LockSlotWords*t }
 
 // Words is the length of a control region, in words, for a job of size ranks.
-func Words(size int) int { return LockResult(size, size) }
+func Words(size int) int { return LockResult(size, size+1) }
 
 // ExclusiveBit is the exclusive flag of a Lock word.
 const ExclusiveBit = uint64(1) << 63

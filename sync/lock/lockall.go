@@ -8,8 +8,8 @@ import (
 	"github.com/rmago/rmago/transport"
 )
 
-// lock_all (MPI_Win_lock_all) is a shared lock on every rank's window,
-// taken at all targets at once: a shared count at every target's Lock
+// Target mode: lock_all (MPI_Win_lock_all) is a shared lock on every
+// rank's window, taken at all targets at once: a shared count at every target's Lock
 // word, all posted before any is awaited (one round trip, N atomics).
 // It holds if no target has an exclusive holder, nor a waiting writer
 // (writers go first, as for shared locks).
@@ -93,22 +93,7 @@ func (a *allTarget) addend(r allRound) (uint64, bool) {
 	return v, v != 0
 }
 
-// LockAll takes a shared lock on every rank's window (MPI_Win_lock_all),
-// waiting while an exclusive lock is held or waited for anywhere. Call it
-// only while no Lock call runs: it borrows every target's slot.
-func (l *Locks) LockAll() error {
-	err := l.sizeErr()
-	if err == nil {
-		var b backoff
-		b.reset(l.f.Timeout())
-		err = l.lockAll(&b)
-	}
-	if err != nil {
-		return fmt.Errorf("lock: lock_all: %w", err)
-	}
-	return nil
-}
-
+// lockAll takes lock_all in target mode.
 func (l *Locks) lockAll(b *backoff) error {
 	clear(l.all)
 	for {
@@ -174,7 +159,7 @@ func (l *Locks) round(r allRound, within time.Duration) error {
 		if !ok {
 			continue
 		}
-		seq, err := l.slots[t].post(t, control.Lock, transport.FetchAddOp, v, 0, resWord)
+		seq, err := l.slots[t].post(t, control.Lock, transport.FetchAddOp, v, 0, 0)
 		if err != nil {
 			a.counted, a.marked = false, false
 			first = firstErr(first, t, err)
@@ -203,7 +188,7 @@ func (l *Locks) round(r allRound, within time.Duration) error {
 			first = firstErr(first, t, err)
 			continue
 		}
-		a.last += l.slots[t].result()
+		a.last += l.slots[t].result(0)
 	}
 	return first
 }
@@ -216,23 +201,20 @@ func firstErr(first error, t int, err error) error {
 	return fmt.Errorf("rank %d: %w", t, err)
 }
 
-// UnlockAll releases lock_all: one release per target. The caller has
-// completed the operations it issued under it, so each release is posted
-// without waiting for it (see Unlock), unless a request to that target is
-// still outstanding.
-func (l *Locks) UnlockAll() error {
+// unlockAll releases lock_all in target mode: one release per target.
+func (l *Locks) unlockAll() error {
 	var first error
 	for t := range l.all {
 		a := &l.all[t]
 		a.posted = false
 		sl := &l.slots[t]
 		if !l.f.Outstanding(t) {
-			if err := l.released(t, sl.postRelease(t, minusShared)); err != nil {
+			if err := l.released(t, sl.postRelease(t, control.Lock, minusShared, relTWord)); err != nil {
 				first = firstErr(first, t, err)
 			}
 			continue
 		}
-		seq, err := sl.post(t, control.Lock, transport.FetchAddOp, minusShared, 0, resWord)
+		seq, err := sl.post(t, control.Lock, transport.FetchAddOp, minusShared, 0, 0)
 		if err != nil {
 			first = firstErr(first, t, err)
 			continue
@@ -246,8 +228,5 @@ func (l *Locks) UnlockAll() error {
 			}
 		}
 	}
-	if first != nil {
-		return fmt.Errorf("lock: unlock_all: %w", first)
-	}
-	return nil
+	return first
 }

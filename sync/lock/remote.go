@@ -9,27 +9,30 @@ import (
 )
 
 // slot is the result words, and the work request, of the one operation
-// at a time on one target: package rma's state machine keeps a second
-// operation on it away, so that operations on different targets run
-// concurrently without sharing them. LockAll and UnlockAll, which run
-// only while no Lock does, borrow every target's slot.
+// at a time on one target (or on lock_all, in leader mode): package rma's
+// state machine keeps a second operation on it away, so that operations
+// on different targets run concurrently without sharing them. In target
+// mode LockAll and UnlockAll, which run only while no Lock does, borrow
+// every target's slot.
 type slot struct {
 	l      *Locks
 	word   int           // control index of the first result word
 	within time.Duration // nonzero: what bounds atomic's waits (undo)
 
-	// rel is the last release posted to the slot's target without
-	// waiting (its sequence number; 0: none); Close waits for it.
-	rel uint64
+	// The last release atomics posted without waiting (sequence numbers,
+	// 0: none), to the slot's target and (leader mode) to the leader;
+	// Close waits for them.
+	relT, relG uint64
 }
 
-// Result words of a slot (control.LockSlotWords): resWord takes the old
-// values of the awaited atomics, relWord those of the releases nobody
-// waits for, so that a release still in flight never writes a word that a
-// later Lock's atomic lands in.
+// Result words of a slot (control.LockSlotWords): k = 0 and 1 take the
+// old values of the awaited atomics, relTWord and relGWord those of the
+// releases nobody waits for, so that a release still in flight on one
+// queue pair never writes a word that a later Lock's atomic on another
+// queue pair lands in.
 const (
-	resWord = 0
-	relWord = 1
+	relTWord = 2
+	relGWord = 3
 )
 
 // undo runs fn, which undoes an attempt that waited out the timeout, with
@@ -43,7 +46,7 @@ func (s *slot) undo(fn func() error) error {
 }
 
 // post posts a signalled atomic on rank r's word w whose old value lands
-// in result word k (resWord or relWord) of the slot. Being signalled, its own
+// in result word k (0 or 1) of the slot. Being signalled, its own
 // completion tells Await it is done, without an extra flush request.
 func (s *slot) post(r, w int, op transport.AtomicOp, a, b uint64, k int) (uint64, error) {
 	c := s.l.c
@@ -60,6 +63,38 @@ func (s *slot) post(r, w int, op transport.AtomicOp, a, b uint64, k int) (uint64
 	return s.l.f.PostAtomic(r, transport.Atomic{Op: op, Local: c.LocalAt(s.word + k), Remote: c.RemoteAt(r, w), CompareAdd: a, Swap: b})
 }
 
+// req is one atomic of a pair: op(a, b) on rank r's word w, its old value
+// landing in result word k.
+type req struct {
+	r, w int
+	op   transport.AtomicOp
+	a, b uint64
+	k    int
+}
+
+// postPair posts x, then y, as post posts each, and returns their
+// sequence numbers and errors (y is not posted if x failed: its error is
+// then x's). Two atomics to the same rank that go through requests leave
+// as one chain (one write to the socket on soft instead of two); the
+// second's completion implies the first's, so both numbers are then the
+// second's, and an error is both's.
+func (s *slot) postPair(x, y req) (seqX uint64, errX error, seqY uint64, errY error) {
+	c := s.l.c
+	if x.r != y.r || c.Direct(x.r) != nil {
+		if seqX, errX = s.post(x.r, x.w, x.op, x.a, x.b, x.k); errX != nil {
+			return 0, errX, 0, errX
+		}
+		seqY, errY = s.post(y.r, y.w, y.op, y.a, y.b, y.k)
+		return seqX, nil, seqY, errY
+	}
+	ops := [2]transport.Atomic{
+		{Op: x.op, Local: c.LocalAt(s.word + x.k), Remote: c.RemoteAt(x.r, x.w), CompareAdd: x.a, Swap: x.b},
+		{Op: y.op, Local: c.LocalAt(s.word + y.k), Remote: c.RemoteAt(y.r, y.w), CompareAdd: y.a, Swap: y.b},
+	}
+	seq, err := s.l.f.PostAtomics(x.r, ops[:])
+	return seq, err, seq, err
+}
+
 // directAtomic runs op on *p with sync/atomic and returns the old value,
 // as the NIC's fetch-and-add and compare-and-swap do.
 func directAtomic(p *uint64, op transport.AtomicOp, a, b uint64) uint64 {
@@ -74,24 +109,46 @@ func directAtomic(p *uint64, op transport.AtomicOp, a, b uint64) uint64 {
 	}
 }
 
-// postRelease posts an atomic that releases a hold on rank t's Lock word
-// (adds v) without waiting for it: its old value lands in relWord, which
-// nothing reads. The sequence number is kept for Close.
-func (s *slot) postRelease(t int, v uint64) error {
-	seq, err := s.post(t, control.Lock, transport.FetchAddOp, v, 0, relWord)
+// postRelease posts an atomic that releases a hold on rank r's word w
+// (adds v) without waiting for it: its old value lands in result word k
+// (relTWord or relGWord), which nothing reads. The sequence number is kept
+// for Close.
+func (s *slot) postRelease(r, w int, v uint64, k int) error {
+	seq, err := s.post(r, w, transport.FetchAddOp, v, 0, k)
 	if err != nil {
 		return err
 	}
-	s.rel = seq
+	if k == relTWord {
+		s.relT = seq
+	} else {
+		s.relG = seq
+	}
 	return nil
 }
 
-// result is the old value of the last awaited atomic.
-func (s *slot) result() uint64 { return s.l.c.Load(s.word + resWord) }
+// postReleases posts the releases of an exclusive lock on rank t (adds
+// vT to its Lock word) and at the leader's Global word (adds vG), as
+// postRelease posts each, as one chain when t is the leader.
+func (s *slot) postReleases(t int, vT, vG uint64) error {
+	seqT, err, seqG, errG := s.postPair(req{t, control.Lock, transport.FetchAddOp, vT, 0, relTWord},
+		req{Leader, control.Global, transport.FetchAddOp, vG, 0, relGWord})
+	if err != nil {
+		return err
+	}
+	s.relT = seqT
+	if errG != nil {
+		return errG
+	}
+	s.relG = seqG
+	return nil
+}
+
+// result is the old value in result word k.
+func (s *slot) result(k int) uint64 { return s.l.c.Load(s.word + k) }
 
 // atomic runs one atomic on rank r's word w and returns the old value.
 func (s *slot) atomic(r, w int, op transport.AtomicOp, a, b uint64) (uint64, error) {
-	seq, err := s.post(r, w, op, a, b, resWord)
+	seq, err := s.post(r, w, op, a, b, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -103,7 +160,7 @@ func (s *slot) atomic(r, w int, op transport.AtomicOp, a, b uint64) (uint64, err
 	if err != nil {
 		return 0, err
 	}
-	return s.result(), nil
+	return s.result(0), nil
 }
 
 // add adds v to rank r's word w (two's complement for negative v) and
@@ -121,4 +178,22 @@ func (s *slot) read(r, w int) (uint64, error) { return s.add(r, w, 0) }
 // had (equal to old on success).
 func (s *slot) cas(r, w int, old, new uint64) (uint64, error) {
 	return s.atomic(r, w, transport.CompareSwapOp, old, new)
+}
+
+// add2 adds v1 to r1's word w1 and v2 to r2's word w2, posting both before
+// waiting for either, and returns both old values.
+func (s *slot) add2(r1, w1 int, v1 uint64, r2, w2 int, v2 uint64) (uint64, uint64, error) {
+	seq1, err := s.post(r1, w1, transport.FetchAddOp, v1, 0, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	seq2, err2 := s.post(r2, w2, transport.FetchAddOp, v2, 0, 1)
+	err = s.l.f.Await(r1, seq1)
+	if err2 == nil {
+		err2 = s.l.f.Await(r2, seq2)
+	}
+	if err == nil {
+		err = err2
+	}
+	return s.result(0), s.result(1), err
 }
