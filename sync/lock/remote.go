@@ -96,9 +96,15 @@ func (s *slot) postPair(x, y req) (seqX uint64, errX error, seqY uint64, errY er
 }
 
 // directAtomic runs op on *p with sync/atomic and returns the old value,
-// as the NIC's fetch-and-add and compare-and-swap do.
+// as the NIC's fetch-and-add and compare-and-swap do. A fetch-add of zero
+// (a waiter's look at the word) is a load: it leaves the cache line
+// shared, so that many waiters looking at one word do not take it from
+// each other and from the holder that is about to release it.
 func directAtomic(p *uint64, op transport.AtomicOp, a, b uint64) uint64 {
 	if op == transport.FetchAddOp {
+		if a == 0 {
+			return atomic.LoadUint64(p)
+		}
 		return atomic.AddUint64(p, a) - a
 	}
 	for {
