@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"encoding/binary"
 	"time"
 )
 
@@ -21,6 +22,16 @@ import (
 // context is driven (device.Progress), at Close, and at the latest
 // corkDelay after its first frame, so that a request posted and followed
 // by nothing still reaches the peer.
+//
+// A small write whose target bytes follow the cork's last frame's (an
+// unsignalled write to the same rkey) is merged into it (mergeWrite): the
+// frame grows by its payload and takes its sequence number, so that the
+// peer checks, and copies, one write instead of many. Consecutive puts of
+// a stream, such as put_bw's, then cost one header together. One
+// difference a program can see, only when it accesses memory it was not
+// granted: a merged write that fails the target's check fails whole, and
+// the error completes the last request merged (on hardware the earlier
+// writes would have landed before the queue pair failed).
 //
 // Ordering is unchanged: the cork holds frames in sequence order and
 // whatever is sent at once goes after them, in the same write; a
@@ -66,6 +77,9 @@ func coalescable(kind uint8, signaled, fenced, coalesce bool, n uint64) bool {
 // operand, copied) to the
 // cork; sendMu held. A full cork is sent first.
 func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
+	if q.mergeWrite(f, payload, nseg) {
+		return
+	}
 	need := hdrLen
 	if f.hasPayload() {
 		need += int(f.len)
@@ -74,6 +88,7 @@ func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
 		q.sendQueued()
 	}
 	f.encode((*[hdrLen]byte)(q.cork[q.corkLen:]))
+	q.corkLast = q.corkLen
 	off := q.corkLen + hdrLen
 	if f.hasPayload() {
 		for i := range nseg {
@@ -86,6 +101,33 @@ func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
 		q.ctx.prog.ncorked.Add(1)
 		q.corkTimer.Reset(q.ctx.corkDelay)
 	}
+}
+
+// mergeWrite appends write f to the cork's last frame instead of adding
+// a frame, if that frame is an unsignalled write without immediate data
+// to the same rkey whose target bytes f's follow, not yet in the batch's
+// gather list, and the merged payload stays within corkMax; sendMu held.
+// The frame takes f's sequence number: the peer's count of the requests
+// it executed (its goodbye) stays exact.
+func (q *qp) mergeWrite(f *frame, payload *[maxSGE][]byte, nseg int) bool {
+	if f.kind != kReqWrite || f.flags != 0 || q.corkLen == 0 || q.corkLast < q.corkRef {
+		return false
+	}
+	h := q.cork[q.corkLast : q.corkLast+hdrLen]
+	n := binary.LittleEndian.Uint32(h[4:])
+	if h[0] != kReqWrite || h[2] != 0 || binary.LittleEndian.Uint32(h[24:]) != f.rkey ||
+		binary.LittleEndian.Uint64(h[16:])+uint64(n) != f.addr ||
+		int(n)+int(f.len) > corkMax || q.corkLen+int(f.len) > len(q.cork) {
+		return false
+	}
+	binary.LittleEndian.PutUint32(h[4:], n+f.len)
+	binary.LittleEndian.PutUint64(h[8:], f.seq)
+	off := q.corkLen
+	for i := range nseg {
+		off += copy(q.cork[off:], payload[i])
+	}
+	q.corkLen = off
+	return true
 }
 
 // uncork puts what the cork holds beyond what the batch already refers to

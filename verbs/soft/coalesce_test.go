@@ -127,15 +127,16 @@ func TestCoalescedBatchOrder(t *testing.T) {
 			}
 		}
 	}
-	// A long batch: 300 one-byte writes, each of b[1200+i], then a read
-	// of them all, then the signalled request.
+	// A long batch: 300 one-byte writes, each of b[1200+i] (one frame,
+	// merged: mergeWrite), then a read of them all, then the signalled
+	// request.
 	const many = 300
 	for i := range many {
 		a.buf[20000+i] = byte(i*3 + 1)
 		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(20000+i, 1), RemoteAddr: b.mr.Addr() + 1200 + uint64(i)})
 	}
 	post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(24000, many), RemoteAddr: b.mr.Addr() + 1200})
-	if got, want := corked(a), many*(hdrLen+1)+hdrLen; got != want {
+	if got, want := corked(a), hdrLen+many+hdrLen; got != want {
 		t.Fatalf("cork holds %d bytes after %d writes and a read, want %d", got, many, want)
 	}
 	post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(0, 1), RemoteAddr: b.mr.Addr() + 1001})
@@ -406,5 +407,128 @@ func TestCoalescedAccumulates(t *testing.T) {
 	}
 	if old, now := binary.LittleEndian.Uint64(a.buf[308:]), binary.LittleEndian.Uint64(b.buf[64:]); old != 5 || now != 12 {
 		t.Fatalf("fetching accumulate: old %d, target %d; want 5 and 12", old, now)
+	}
+}
+
+// TestMergedWrites: unsignalled writes whose target bytes follow the
+// cork's last write (same rkey) grow that frame instead of adding one, up
+// to corkMax; a gap, another rkey, a frame of another kind in between, a
+// signalled write or a full merge start a new frame. The data lands
+// exactly, and one signalled completion still implies every request.
+func TestMergedWrites(t *testing.T) {
+	a, b := corkedPair(t, 32<<10)
+	other, err := b.pd.RegMR(make([]byte, 64), verbs.AccessRemoteWrite|verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Dereg()
+	for i := range 20000 {
+		a.buf[i] = byte(i*7 + 3)
+	}
+	post, last := idPoster(t, a, b)
+	write := func(src, dst, n int) {
+		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(src, n), RemoteAddr: b.mr.Addr() + uint64(dst)})
+	}
+	want := 0 // bytes the cork should hold
+	check := func(what string) {
+		t.Helper()
+		if got := corked(a); got != want {
+			t.Fatalf("%s: cork holds %d bytes, want %d", what, got, want)
+		}
+	}
+	// Eight 8-byte puts to consecutive bytes, from scattered sources: one frame.
+	for k := range 8 {
+		write(1000*k, 8*k, 8)
+	}
+	want = hdrLen + 64
+	check("8 consecutive puts")
+	// A gap of 8 bytes: a new frame.
+	write(9000, 72, 8)
+	want += hdrLen + 8
+	check("a put after a gap")
+	// Another rkey at the next address: a new frame.
+	wr := verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(9100, 8), RemoteAddr: other.Addr(), RKey: other.RKey(), ID: 999}
+	if _, err := a.qp.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	want += hdrLen + 8
+	check("a put to another region")
+	// A read in between: the next write does not merge into the earlier one.
+	write(9200, 80, 8)
+	want += hdrLen + 8
+	post(verbs.SendWR{Op: verbs.OpRead, SGL: a.sge(16000, 8), RemoteAddr: b.mr.Addr()})
+	want += hdrLen
+	write(9300, 88, 8)
+	want += hdrLen + 8
+	check("a put after a read")
+	// Merges stop at corkMax: 1 KiB writes, consecutive, from offset 4096.
+	for k := range 10 {
+		write(10000+100*k, 4096+1024*k, 1024)
+	}
+	want += 2*hdrLen + 10*1024
+	check("ten 1 KiB puts")
+	// A signalled write at the next address is sent at once, with the cork.
+	post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(11000, 8), RemoteAddr: b.mr.Addr() + 4096 + 10240})
+	if wc := waitOne(t, a.sendCQ); wc.ID != last() || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, last())
+	}
+	if n, _ := a.sendCQ.Poll(make([]verbs.WC, 4)); n != 0 {
+		t.Fatalf("unsignalled requests produced %d completions", n)
+	}
+	for k := range 8 {
+		if got, w := b.buf[8*k:8*k+8], a.buf[1000*k:1000*k+8]; !bytes.Equal(got, w) {
+			t.Fatalf("put %d: %v, want %v", k, got, w)
+		}
+	}
+	if !bytes.Equal(b.buf[64:72], make([]byte, 8)) || !bytes.Equal(b.buf[72:80], a.buf[9000:9008]) ||
+		!bytes.Equal(b.buf[80:88], a.buf[9200:9208]) || !bytes.Equal(b.buf[88:96], a.buf[9300:9308]) {
+		t.Fatalf("puts around the gap and the read: %v", b.buf[64:96])
+	}
+	if !bytes.Equal(a.buf[16000:16008], b.buf[:8]) {
+		t.Fatalf("read: %v, want %v", a.buf[16000:16008], b.buf[:8])
+	}
+	for k := range 10 {
+		if got, w := b.buf[4096+1024*k:4096+1024*(k+1)], a.buf[10000+100*k:10000+100*k+1024]; !bytes.Equal(got, w) {
+			t.Fatalf("1 KiB put %d differs", k)
+		}
+	}
+	if got := b.buf[4096+10240 : 4096+10248]; !bytes.Equal(got, a.buf[11000:11008]) {
+		t.Fatalf("signalled put: %v", got)
+	}
+}
+
+// TestMergedWriteRefused: a merged write that runs past the target's
+// region fails whole: the error completes the last request merged into
+// it, the requests after it are flushed, and none of its bytes land
+// (mergeWrite's documented difference from hardware).
+func TestMergedWriteRefused(t *testing.T) {
+	a, b := corkedPair(t, 64)
+	copy(a.buf, "abcdefgh")
+	wrs := []verbs.SendWR{
+		{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 4), RemoteAddr: b.mr.Addr() + 56},
+		{ID: 2, Op: verbs.OpWrite, SGL: a.sge(4, 8), RemoteAddr: b.mr.Addr() + 60}, // ends beyond the region
+		{ID: 3, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(0, 2), RemoteAddr: b.mr.Addr()},
+	}
+	for i := range wrs {
+		wrs[i].RKey = b.mr.RKey()
+		if _, err := a.qp.PostSend(&wrs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			if got, want := corked(a), hdrLen+12; got != want {
+				t.Fatalf("cork holds %d bytes, want %d (one merged frame)", got, want)
+			}
+		}
+	}
+	for _, w := range []struct {
+		id uint64
+		st verbs.Status
+	}{{2, verbs.StatusRemoteAccess}, {3, verbs.StatusFlushed}} {
+		if wc := waitOne(t, a.sendCQ); wc.ID != w.id || wc.Status != w.st {
+			t.Fatalf("completion %+v, want request %d with %v", wc, w.id, w.st)
+		}
+	}
+	if got := b.buf[:64]; !bytes.Equal(got, make([]byte, 64)) {
+		t.Fatalf("target %q: the merged write landed in part", got)
 	}
 }

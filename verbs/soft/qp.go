@@ -69,6 +69,7 @@ type qp struct {
 	cork      []byte // corkSize, allocated at attach
 	corkLen   int
 	corkRef   int
+	corkLast  int         // offset of the cork's last frame (mergeWrite), valid while corkLen > 0
 	corked    atomic.Bool // corkLen > 0 (read by pollers without sendMu)
 	corkTimer *time.Timer // sends the cork corkDelay after its first frame
 
