@@ -125,6 +125,7 @@ func (f *Fabric) newPeer(c *pctx, r int) (*peer, error) {
 		return nil, err
 	}
 	p.qp = qp
+	p.inlineMax = inlineSize(qp)
 	if pc, ok := qp.(verbs.PostCompleter); ok && c.atPost {
 		p.inline = pc
 	}

@@ -83,6 +83,9 @@ type peer struct {
 	// inline is qp when its requests complete in the post (shm): posts
 	// then count themselves done, without a completion to poll (post.go).
 	inline verbs.PostCompleter
+	// inlineMax: writes of 1 to inlineMax bytes are posted inline
+	// (newQP, post.go).
+	inlineMax uint32
 
 	// ready: qp is connected (posts go straight to it). Until then, and
 	// if connecting fails, the connection's state is below (connect.go).
@@ -229,6 +232,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 		if p.qp, err = f.newQP(c); err != nil {
 			return nil, err
 		}
+		p.inlineMax = inlineSize(p.qp)
 		if r == f.rank {
 			if p.selfRx, err = f.newQP(c); err != nil {
 				return nil, err
@@ -295,7 +299,26 @@ func (f *Fabric) served(c *pctx) int {
 }
 
 func (f *Fabric) newQP(c *pctx) (verbs.QP, error) {
-	return c.pd.CreateQP(verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1})
+	attr := verbs.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, MaxSendWR: sendDepth, MaxRecvWR: recvDepth, MaxSGE: 1}
+	if !c.atPost {
+		attr.MaxInline = min(c.ctx.Attr().MaxInline, inlineMax)
+	}
+	return c.pd.CreateQP(attr)
+}
+
+// inlineMax is the inline payload asked of a NIC's queue pairs: writes of
+// up to this many bytes carry their data in the work request (the NIC
+// needs no DMA read of the source; perftest's latency tests do the
+// same). Larger inline sizes would grow every send queue entry of every
+// peer's queue pair.
+const inlineMax = 64
+
+// inlineSize is what qp took of inlineMax (0: no inline writes).
+func inlineSize(qp verbs.QP) uint32 {
+	if s, ok := qp.(verbs.InlineSizer); ok {
+		return uint32(max(min(s.MaxInline(), inlineMax), 0))
+	}
+	return 0
 }
 
 // connect connects the rank to itself and, eagerly, every other queue

@@ -207,6 +207,9 @@ func (f *Fabric) post(r int, op verbs.Opcode, flags verbs.SendFlags, local Local
 	}
 	p.postMu.Lock()
 	defer p.postMu.Unlock()
+	if op == verbs.OpWrite && n > 0 && n <= p.inlineMax {
+		flags |= verbs.Inline // the data goes in the request
+	}
 	p.sge[0] = verbs.SGE{Addr: local.Addr, Length: n, LKey: f.lkeyOn(local.LKey, p.ci)}
 	p.wr = verbs.SendWR{Op: op, Flags: flags, SGL: p.sge[:1], RemoteAddr: remote.Addr, RKey: remote.RKey, CompareAdd: arg0, Swap: arg1}
 	if n == 0 {

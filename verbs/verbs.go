@@ -354,6 +354,14 @@ type PostCompleter interface {
 	PostSendCompleted(wr *SendWR) (Status, error)
 }
 
+// InlineSizer is implemented by queue pairs that take payloads inline
+// (SendFlags Inline): MaxInline is the most payload bytes one request may
+// carry so, as granted when the queue pair was created (QPAttr.MaxInline
+// asks; the device may grant less).
+type InlineSizer interface {
+	MaxInline() int
+}
+
 // ErrNotMappable means a peer's memory cannot be mapped into this process:
 // the provider reaches the peer through a network, or the memory is not
 // in shared memory (a created window's Go slice).

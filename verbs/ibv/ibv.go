@@ -735,6 +735,10 @@ func (q *cq) block(wc []verbs.WC, deadline time.Time) (int, error) {
 	}
 }
 
+// MaxInline is the inline payload the queue pair was granted
+// (verbs.InlineSizer).
+func (q *qp) MaxInline() int { return q.maxInline }
+
 // attach counts a queue pair created on the CQ: Close refuses while any remain.
 func (q *cq) attach() error {
 	q.mu.Lock()
