@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rmago/rmago/internal/futex"
 	"github.com/rmago/rmago/internal/memfd"
 	"github.com/rmago/rmago/verbs"
 )
@@ -215,7 +216,7 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 		}
 		q.bell.sleepers.Add(1)
 		if q.bell.ring.Load() == v && !q.arrived() && !q.woken.Load() {
-			wait(q.bell.ring, v, d)
+			futex.Wait(q.bell.ring, v, d)
 		}
 		q.bell.sleepers.Add(^uint32(0))
 	}
@@ -239,7 +240,7 @@ func (q *cq) Wake() {
 	q.woken.Store(true)
 	if q.bell.sleepers.Load() != 0 {
 		q.bell.ring.Add(1)
-		wake(q.bell.ring)
+		futex.Wake(q.bell.ring)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rmago/rmago/internal/futex"
 	"github.com/rmago/rmago/internal/memfd"
 )
 
@@ -125,7 +126,7 @@ func bellAt(p unsafe.Pointer) *bell {
 func (b *bell) ding() {
 	b.ring.Add(1)
 	if b.sleepers.Load() != 0 {
-		wake(b.ring)
+		futex.Wake(b.ring)
 	}
 }
 
@@ -134,7 +135,7 @@ func (b *bell) ding() {
 func (b *bell) alert() {
 	if b.sleepers.Load() != 0 {
 		b.ring.Add(1)
-		wake(b.ring)
+		futex.Wake(b.ring)
 	}
 }
 

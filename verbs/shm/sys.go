@@ -2,18 +2,13 @@ package shm
 
 import (
 	"net"
-	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 )
 
 // Linux system calls the provider needs beyond package syscall.
 
 const (
-	futexWait = 0
-	futexWake = 1
-
 	prSetPtracer    = 0x59616d61
 	prSetPtracerAny = ^uintptr(0)
 )
@@ -23,24 +18,6 @@ const (
 // otherwise only to ancestors). Without Yama it fails harmlessly.
 func allowPtrace() {
 	syscall.RawSyscall(syscall.SYS_PRCTL, prSetPtracer, prSetPtracerAny, 0)
-}
-
-// wait sleeps while *w == v, at most d (d <= 0: no bound). The word lives
-// in a shared mapping, so the futex is not process-private.
-func wait(w *atomic.Uint32, v uint32, d time.Duration) {
-	var ts *syscall.Timespec
-	if d > 0 {
-		t := syscall.NsecToTimespec(d.Nanoseconds())
-		ts = &t
-	}
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWait, uintptr(v), uintptr(unsafe.Pointer(ts)), 0, 0)
-}
-
-// wake wakes every sleeper on w. It never blocks, so it is made without
-// telling the Go scheduler (RawSyscall), which would otherwise be free to
-// hand this goroutine's processor to another thread meanwhile.
-func wake(w *atomic.Uint32) {
-	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<31-1), 0, 0, 0)
 }
 
 // remoteIovec is a struct iovec naming memory of another process.
