@@ -359,7 +359,7 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 				if op.fails && op.rank >= 0 {
 					return f.failPeer(op.rank, terr)
 				}
-				if from != nil && op.ntags > 0 && op.tags[0]>>28 == TagFence {
+				if from != nil && op.tags[0]>>28 == TagFence {
 					f.giveUpMissing(op, from, terr)
 				}
 				return terr

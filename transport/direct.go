@@ -79,6 +79,17 @@ func (f *Fabric) DirectSelf() bool {
 	return err == nil && p.c.atPost
 }
 
+// CompletesAtPost reports whether the provider serving rank r completes
+// every request inside the post (shm; for this rank itself: DirectSelf).
+// Rank r gives the same answer about this rank: the fabric picks each
+// pair's provider from the two ranks' nodes alike. It does not connect.
+func (f *Fabric) CompletesAtPost(r int) bool {
+	if r == f.rank {
+		return f.DirectSelf()
+	}
+	return r >= 0 && r < f.size && f.ctxs[f.via[r]].atPost
+}
+
 // DirectAccumulate applies src, elements of type t, with op into the
 // elements at dst, memory of a node-local peer mapped for direct access,
 // each element atomically with CPU atomics on its 8-byte word, as the shm

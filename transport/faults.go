@@ -78,6 +78,9 @@ type waitOp struct {
 	// onlyStopped: of the ranks the wait missed, some were seen stopped
 	// or gone and some running; it blames and gives up only the former.
 	onlyStopped bool
+	// arrived, for a wait for direct notes (AwaitDirect), reports whether
+	// rank r's note has arrived.
+	arrived func(r int) bool
 }
 
 // missingState counts the ranks a notification wait still misses (from,
@@ -175,7 +178,7 @@ func (f *Fabric) timeoutErr(op waitOp, deadline time.Time, from func(yield func(
 	switch {
 	case op.rank >= 0:
 		what = fmt.Sprintf("%s: request %d to rank %d did not complete", op.what, op.seq, op.rank)
-	case op.ntags > 0:
+	case op.ntags > 0 || op.arrived != nil:
 		var missing []int
 		if from != nil {
 			from(func(r int) bool {
@@ -188,6 +191,9 @@ func (f *Fabric) timeoutErr(op waitOp, deadline time.Time, from func(yield func(
 		n := 0
 		for _, tag := range op.tags[:op.ntags] {
 			n += f.noteCount(tag)
+		}
+		if op.ntags == 0 {
+			n = op.count - len(missing)
 		}
 		what = fmt.Sprintf("%s: %d of %d notifications (tag %#x) arrived; none from %s", op.what, n, op.count, op.tags[0], RankList(missing))
 	default:

@@ -64,6 +64,9 @@ func (t *tagNotes) consume(count int) {
 // delivered reports whether rank r's notification for the running wait
 // (f.scan) has arrived; f.mu held.
 func (f *Fabric) delivered(r int) bool {
+	if f.scan.arrived != nil && f.scan.arrived(r) {
+		return true
+	}
 	for _, tag := range f.scan.tags[:f.scan.ntags] {
 		if t := f.notes[tag]; t != nil && t.from[r] > 0 {
 			return true
@@ -284,8 +287,14 @@ func (f *Fabric) pollNoteEach(tag uint32, ranks []int, ready func() bool, failed
 // other rank is expected to send one; one that fails or leaves before it
 // did fails the wait at once.
 func (f *Fabric) AwaitNotesEither(a, b uint32, count int) (int, error) {
+	return f.AwaitNotesEitherFrom(a, b, count, f.othersFn)
+}
+
+// AwaitNotesEitherFrom is AwaitNotesEither with the ranks expected to send
+// one each listed by from (count of them), as AwaitNotes has them.
+func (f *Fabric) AwaitNotesEitherFrom(a, b uint32, count int, from func(yield func(int) bool)) (int, error) {
 	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{a, b}, ntags: 2, count: count}
-	err := f.waitFor(func() bool { return f.noteCount(a)+f.noteCount(b) >= count }, op, f.othersFn)
+	err := f.waitFor(func() bool { return f.noteCount(a)+f.noteCount(b) >= count }, op, from)
 	if err != nil {
 		return 0, err
 	}

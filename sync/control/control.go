@@ -1,7 +1,8 @@
 // Package control describes a window's control region: a small registered
 // array of 8-byte words on every rank that the passive-target lock protocol
 // (sync/lock) drives with remote atomics, so that no message ever needs the
-// target's CPU (PSCW and fence use notes instead). The target only reads
+// target's CPU, and where PSCW and fence leave their notes to node-local
+// peers (notes.go; other peers get notifications). The target only reads
 // its own words, with atomic loads. Layout: docs/sync-protocols.md.
 package control
 
@@ -27,8 +28,7 @@ const (
 	// FenceMasks is the first of the fence's put masks (sync/fence's
 	// lazy.go), two words per sender s < MaxMaskRanks, alternating
 	// between fences: FenceMasks + 2*s + fence parity holds the set of
-	// ranks s put into in that fence's epoch (bit r: rank r). PSCW keeps
-	// no words here: it synchronizes with notes.
+	// ranks s put into in that fence's epoch (bit r: rank r).
 	FenceMasks = 2
 
 	// LockBase is the first of the lock protocol's result words
@@ -52,8 +52,9 @@ const LockSlotWords = 4
 // that locks of different targets may be taken concurrently.
 func LockResult(size, t int) int { return LockBase + LockSlotWords*t }
 
-// Words is the length of a control region, in words, for a job of size ranks.
-func Words(size int) int { return LockResult(size, size+1) }
+// Words is the length of a control region, in words, for a job of size
+// ranks: the lock words, then the direct notes' bell and words (notes.go).
+func Words(size int) int { return NoteWord(size, size, 0) }
 
 // ExclusiveBit is the exclusive flag of a Lock word.
 const ExclusiveBit = uint64(1) << 63
@@ -119,7 +120,16 @@ func New(f *transport.Fabric) (*Region, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Region{F: f, reg: reg, words: reg.Words(), direct: make([]atomic.Pointer[[]uint64], f.Size())}, nil
+	c := &Region{F: f, reg: reg, words: reg.Words(), direct: make([]atomic.Pointer[[]uint64], f.Size())}
+	// Map the words of the ranks notified directly now, while every rank
+	// takes part: mapping asks the owner for its memory, which a rank
+	// stopped later would never answer (a note to it must not wait).
+	for r := range f.Size() {
+		if c.DirectNotes(r) {
+			c.Direct(r)
+		}
+	}
+	return c, nil
 }
 
 // Close deregisters and frees the region. Call it only when no rank can

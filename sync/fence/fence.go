@@ -54,14 +54,32 @@ type Fence struct {
 	before, after []int
 	sent          []bool
 
-	c  *control.Region // UseControl: the put masks' words (lazy.go)
+	c  *control.Region // UseControl: the put masks' and direct notes' words
 	lz lazy            // a second round awaited lazily (lazy.go)
+
+	// Direct notes (direct.go): the rounds' wait, every other rank, and a
+	// round's ranks split into those notified directly and the others
+	// (with an iterator over the latter, bound once).
+	dw             directWait
+	others         []int
+	dranks, nranks []int
+	step           [1]int
+	nranksFn       func(yield func(int) bool)
 }
 
 // New returns the fence of the window with the given id (equal on every rank).
 func New(f *transport.Fabric, id uint16) *Fence {
 	x := &Fence{f: f, id: id}
 	x.fromFn = x.watch
+	x.dw.init(x)
+	x.lz.dw.init(x)
+	x.nranksFn = func(yield func(int) bool) {
+		for _, r := range x.nranks {
+			if !yield(r) {
+				return
+			}
+		}
+	}
 	return x
 }
 
@@ -118,7 +136,7 @@ func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 			return err
 		}
 	}
-	anyPut, err := x.barrier(base, put, x.after)
+	anyPut, err := x.barrier(base, control.NoteFence, put, x.after)
 	if err != nil || !anyPut || x.f.Size() <= 2 {
 		return err
 	}
@@ -126,7 +144,7 @@ func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 		if lazy {
 			return x.defer2(base | 1<<stepShift)
 		}
-		_, err = x.barrier(base|1<<stepShift, false, nil)
+		_, err = x.barrier(base|1<<stepShift, control.NoteBarrier, false, nil)
 		return err
 	}
 	return x.disseminate(base)
@@ -144,11 +162,24 @@ func (x *Fence) disseminate(base uint32) error {
 	step := uint32(1)
 	for d := 1; d < n; d, step = 2*d, step+1 {
 		tag := base | step<<stepShift
-		if err := f.Notify((me+d)%n, tag); err != nil {
+		var err error
+		if to := (me + d) % n; x.direct(to) {
+			err = x.noteTo(to, control.NoteBarrier, x.n, 0)
+		} else {
+			err = f.Notify(to, tag)
+		}
+		if err != nil {
 			return err
 		}
 		x.from = (me - d + n) % n
-		if err := f.AwaitNotesGrace(tag, 1, x.fromFn, stepGrace(f.NoticeGrace(), int(step), steps)); err != nil {
+		grace := stepGrace(f.NoticeGrace(), int(step), steps)
+		if x.direct(x.from) {
+			x.step[0] = x.from
+			err = x.dw.await("fence: dissemination step", tag, control.NoteBarrier, x.n, x.step[:], x.othersList(), grace)
+		} else {
+			err = f.AwaitNotesGrace(tag, 1, x.fromFn, grace)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -183,14 +214,15 @@ func (x *Fence) watch(yield func(int) bool) {
 	}
 }
 
-// barrier is one round: a notification to every other rank, one awaited
-// from each. It reports whether any rank flagged a put. The ranks of first
-// are notified first, and the others once the reads and atomics to the
-// ranks of first have completed (see Sync).
-func (x *Fence) barrier(tag uint32, put bool, first []int) (bool, error) {
-	mine := tag
+// barrier is one round: a notification (or a direct note of kind) to
+// every other rank, one awaited from each. It reports whether any rank
+// flagged a put. The ranks of first are notified first, and the others
+// once the reads and atomics to the ranks of first have completed (see
+// Sync).
+func (x *Fence) barrier(tag uint32, kind int, put bool, first []int) (bool, error) {
+	mine, flag := tag, uint64(0)
 	if put {
-		mine |= putBit
+		mine, flag = tag|putBit, 1
 	}
 	f := x.f
 	if len(first) > 0 {
@@ -201,8 +233,15 @@ func (x *Fence) barrier(tag uint32, put bool, first []int) (bool, error) {
 			x.sent[r] = true
 			// Signalled: its completion implies the reads' before it,
 			// so the flush below needs no request of its own (one write
-			// to the socket, not two, on soft).
-			if _, err := f.NotifySignaled(r, mine); err != nil {
+			// to the socket, not two, on soft). (A rank notified
+			// directly: its reads completed at post.)
+			var err error
+			if x.direct(r) {
+				err = x.noteTo(r, kind, x.n, flag)
+			} else {
+				_, err = f.NotifySignaled(r, mine)
+			}
+			if err != nil {
 				clear(x.sent)
 				return false, err
 			}
@@ -218,11 +257,40 @@ func (x *Fence) barrier(tag uint32, put bool, first []int) (bool, error) {
 			x.sent[r] = false
 			continue
 		}
-		if err := f.Notify(r, mine); err != nil {
+		var err error
+		if x.direct(r) {
+			err = x.noteTo(r, kind, x.n, flag)
+		} else {
+			err = f.Notify(r, mine)
+		}
+		if err != nil {
 			clear(x.sent)
 			return false, err
 		}
 	}
-	withPut, err := f.AwaitNotesEither(tag, tag|putBit, f.Size()-1)
-	return put || withPut > 0, err
+	x.dranks, x.nranks = x.dranks[:0], x.nranks[:0]
+	for _, r := range x.othersList() {
+		if x.direct(r) {
+			x.dranks = append(x.dranks, r)
+		} else {
+			x.nranks = append(x.nranks, r)
+		}
+	}
+	anyPut := put
+	if len(x.dranks) > 0 {
+		if err := x.dw.await("fence", tag, kind, x.n, x.dranks, x.others, 0); err != nil {
+			return false, err
+		}
+		for _, r := range x.dranks {
+			anyPut = anyPut || kind == control.NoteFence && x.flagged(r, x.n)
+		}
+	}
+	if len(x.nranks) > 0 {
+		withPut, err := f.AwaitNotesEitherFrom(tag, tag|putBit, len(x.nranks), x.nranksFn)
+		if err != nil {
+			return false, err
+		}
+		anyPut = anyPut || withPut > 0
+	}
+	return anyPut, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/sync/control/controltest"
 	"github.com/rmago/rmago/transport"
 )
@@ -27,63 +28,88 @@ func slot(r, iter int) int { return 8 * (2*r + iter%2) }
 // neighbour put there (round two: every rank has its puts before anyone
 // reads). Job sizes cover two ranks (one round), the all-to-all second
 // round and the dissemination barrier (DisseminationMin and above, with a
-// size that is not a power of two).
+// size that is not a power of two). With control words (words), ranks
+// whose provider completes requests at post (shm) leave their notes in
+// each other's words (direct.go): the test checks that they did.
 func TestFenceDelivers(t *testing.T) {
-	for _, n := range []int{2, 3, 5, DisseminationMin, DisseminationMin + 3} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			controltest.Run(t, n, controltest.Options{}, func(r *controltest.Rank) error {
-				x := New(r.F, 7)
-				me := r.Me()
-				right, left, far := (me+1)%n, (me+n-1)%n, (me+2)%n
-				var flush []int
-				for iter := 1; iter <= 30; iter++ {
-					put := iter%3 != 0 || me != 0 // epochs where some ranks put nothing
-					if put {
-						if err := r.Write(right, slot(me, iter), stageOff, val(iter, me)); err != nil {
-							return err
-						}
-					}
-					if err := x.Sync(flush, put); err != nil {
-						return fmt.Errorf("epoch %d: %w", iter, err)
-					}
-					flush = flush[:0]
-					if left != me && (left != 0 || iter%3 != 0) {
-						if got, want := r.Load(slot(left, iter)), val(iter, left); got != want {
-							return fmt.Errorf("epoch %d: rank %d's stamp %#x, want %#x", iter, left, got, want)
-						}
-					}
-					if n < 3 || (right == 0 && iter%3 == 0) {
-						continue
-					}
-					// Rank right put into rank far; read it from there.
-					if err := r.Read(far, slot(right, iter), stageOff+8, 8); err != nil {
-						return err
-					}
-					if got, want := r.U64(stageOff+8), val(iter, right); got != want {
-						return fmt.Errorf("epoch %d: read rank %d's stamp at rank %d after the fence: %#x, want %#x", iter, right, far, got, want)
-					}
-					flush = append(flush, far)
-				}
-				return nil
-			})
-		})
+	for _, words := range []bool{false, true} {
+		for _, n := range []int{2, 3, 5, DisseminationMin, DisseminationMin + 3} {
+			t.Run(fmt.Sprintf("words=%v/%d", words, n), func(t *testing.T) { fenceDelivers(t, n, words) })
+		}
 	}
+}
+
+func fenceDelivers(t *testing.T, n int, words bool) {
+	controltest.Run(t, n, controltest.Options{}, func(r *controltest.Rank) error {
+		x := New(r.F, 7)
+		if words {
+			x.UseControl(r.C)
+		}
+		me := r.Me()
+		right, left, far := (me+1)%n, (me+n-1)%n, (me+2)%n
+		var flush []int
+		for iter := 1; iter <= 30; iter++ {
+			put := iter%3 != 0 || me != 0 // epochs where some ranks put nothing
+			if put {
+				if err := r.Write(right, slot(me, iter), stageOff, val(iter, me)); err != nil {
+					return err
+				}
+			}
+			if err := x.Sync(flush, put); err != nil {
+				return fmt.Errorf("epoch %d: %w", iter, err)
+			}
+			flush = flush[:0]
+			if words && r.F.CompletesAtPost(left) {
+				w := r.C.Load(control.NoteWord(n, left, control.NoteFence+iter%2))
+				if got := w >> 1; got != uint64(iter) {
+					return fmt.Errorf("epoch %d: rank %d's round-one note in the words is of fence %d", iter, left, got)
+				}
+			}
+			if left != me && (left != 0 || iter%3 != 0) {
+				if got, want := r.Load(slot(left, iter)), val(iter, left); got != want {
+					return fmt.Errorf("epoch %d: rank %d's stamp %#x, want %#x", iter, left, got, want)
+				}
+			}
+			if n < 3 || (right == 0 && iter%3 == 0) {
+				continue
+			}
+			// Rank right put into rank far; read it from there.
+			if err := r.Read(far, slot(right, iter), stageOff+8, 8); err != nil {
+				return err
+			}
+			if got, want := r.U64(stageOff+8), val(iter, right); got != want {
+				return fmt.Errorf("epoch %d: read rank %d's stamp at rank %d after the fence: %#x, want %#x", iter, right, far, got, want)
+			}
+			flush = append(flush, far)
+		}
+		return nil
+	})
 }
 
 // TestDisseminationDeadPeer: a rank that closes its fabric instead of
 // entering the fence fails the dissemination barrier's waits with an
 // error, not a hang; the survivors' errors wrap ErrPeer or ErrTimeout.
+// With and without control words (direct notes on shm).
 func TestDisseminationDeadPeer(t *testing.T) {
+	for _, words := range []bool{false, true} {
+		t.Run(fmt.Sprintf("words=%v", words), func(t *testing.T) { disseminationDeadPeer(t, words) })
+	}
+}
+
+func disseminationDeadPeer(t *testing.T, words bool) {
 	const n = DisseminationMin
 	const timeout = 2 * time.Second
 	var survivors sync.WaitGroup
 	survivors.Add(n - 1)
 	controltest.Run(t, n, controltest.Options{Timeout: timeout, NoBarrier: true}, func(r *controltest.Rank) error {
 		x := New(r.F, 9)
+		if words {
+			x.UseControl(r.C)
+		}
 		if r.Me() == 3 {
 			// Round one with a put, so that the second round runs; then
 			// leave during it.
-			if _, err := x.barrier(transport.MakeTag(transport.TagFence, 9, 1), true, nil); err != nil {
+			if _, err := x.barrier(transport.MakeTag(transport.TagFence, 9, 1), control.NoteFence, true, nil); err != nil {
 				return err
 			}
 			return r.F.Close()

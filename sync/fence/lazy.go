@@ -43,6 +43,10 @@ type lazy struct {
 	missing []int         // scratch for Settle (under mu)
 	// missingFn yields missing, for the wait's failure checks (bound once).
 	missingFn func(yield func(int) bool)
+	num       uint32     // the fence whose round two is pending (under mu)
+	dw        directWait // direct notes' waits (direct.go; under mu)
+	dmissing  []int      // scratch for Settle: missing ranks notified directly
+	one       [1]int     // scratch for Ready
 }
 
 // UseControl gives the fence the control region whose words carry the put
@@ -118,7 +122,13 @@ func (x *Fence) defer2(tag uint32) error {
 	for i := 1; i < n; i++ {
 		r := (me + i) % n
 		if z.needs(r, me) {
-			if err := f.Notify(r, tag); err != nil {
+			var err error
+			if x.direct(r) {
+				err = x.noteTo(r, control.NoteBarrier, x.n, 0)
+			} else {
+				err = f.Notify(r, tag)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -127,6 +137,7 @@ func (x *Fence) defer2(tag uint32) error {
 			nwait++
 		}
 	}
+	z.num = x.n
 	z.gen.Add(1)
 	if nwait > 0 {
 		z.pending.Store(tag)
@@ -168,7 +179,14 @@ func (x *Fence) Ready(r int) (uint64, error) {
 	if !z.wait[r] || z.ready[r] {
 		return z.gen.Load(), nil
 	}
-	if err := x.f.AwaitNoteFrom(tag, r); err != nil {
+	var err error
+	if x.direct(r) {
+		z.one[0] = r
+		err = z.dw.await("fence: waiting for a window's round two", tag, control.NoteBarrier, z.num, z.one[:], x.othersList(), 0)
+	} else {
+		err = x.f.AwaitNoteFrom(tag, r)
+	}
+	if err != nil {
 		return 0, err
 	}
 	z.ready[r] = true
@@ -186,10 +204,19 @@ func (x *Fence) Settle() (uint64, error) {
 		return z.gen.Load(), nil
 	}
 	defer z.mu.Unlock()
-	z.missing = z.missing[:0]
+	z.missing, z.dmissing = z.missing[:0], z.dmissing[:0]
 	for r, w := range z.wait {
-		if w && !z.ready[r] {
+		switch {
+		case !w || z.ready[r]:
+		case x.direct(r):
+			z.dmissing = append(z.dmissing, r)
+		default:
 			z.missing = append(z.missing, r)
+		}
+	}
+	if len(z.dmissing) > 0 {
+		if err := z.dw.await("fence: round two", tag, control.NoteBarrier, z.num, z.dmissing, x.othersList(), 0); err != nil {
+			return 0, err
 		}
 	}
 	if len(z.missing) > 0 {

@@ -45,6 +45,8 @@ type PSCW struct {
 	access []int    // the open epoch's group
 	seqs   []uint64 // Complete: sequence numbers, by index in access
 	sig    []bool   // CompleteFlushing: by rank, its notification is signalled
+
+	d directState // notes to and from ranks reached directly (direct.go)
 }
 
 // New returns the PSCW protocol of the window whose control region is c
@@ -52,13 +54,15 @@ type PSCW struct {
 // id. It is local (not collective).
 func New(c *control.Region, id uint16) *PSCW {
 	n := c.F.Size()
-	return &PSCW{
+	p := &PSCW{
 		f: c.F, me: c.F.Rank(), size: n,
 		postTag:     transport.MakeTag(transport.TagPost, id, 0),
 		completeTag: transport.MakeTag(transport.TagComplete, id, 0),
 		exposure:    make([]int, 0, n), missing: make([]int, 0, n),
 		access: make([]int, 0, n), seqs: make([]uint64, n), sig: make([]bool, n),
 	}
+	p.initDirect(c)
+	return p
 }
 
 // Close ends the protocol: later calls fail with ErrClosed. Nothing waits:
@@ -85,7 +89,13 @@ func (p *PSCW) post(group []int, noCheck bool) error {
 	}
 	if !noCheck {
 		for _, o := range group {
-			if err := p.f.Notify(o, p.postTag); err != nil {
+			var err error
+			if p.direct(o) {
+				err = p.notePost(o)
+			} else {
+				err = p.f.Notify(o, p.postTag)
+			}
+			if err != nil {
 				return fmt.Errorf("pscw: post to rank %d: %w", o, err)
 			}
 		}
@@ -112,12 +122,24 @@ func (p *PSCW) start(group []int, noCheck bool) error {
 		return p.err
 	}
 	if !noCheck {
-		if err := p.f.AwaitNoteEach(p.postTag, group, group); err != nil {
-			return fmt.Errorf("pscw: start: waiting for posts: %w", err)
+		direct, notes := p.split(&p.d.access, group)
+		if len(direct) > 0 {
+			p.d.start.Ranks, p.d.start.Watch = direct, group
+			if err := p.f.AwaitDirect(&p.d.start); err != nil {
+				return err
+			}
+		}
+		if len(notes) > 0 {
+			if err := p.f.AwaitNoteEach(p.postTag, notes, group); err != nil {
+				return fmt.Errorf("pscw: start: waiting for posts: %w", err)
+			}
 		}
 		// All posted: take one post of each (only now, so that a Start
 		// that fails consumes none and may be called again).
-		for _, t := range group {
+		for _, t := range direct {
+			p.d.postTaken[t]++
+		}
+		for _, t := range notes {
 			p.f.TakeNote(p.postTag, t)
 		}
 	}
@@ -155,6 +177,16 @@ func (p *PSCW) CompleteFlushing(after []int) error {
 	var err error
 	n := 0
 	for i, t := range p.access {
+		if p.direct(t) {
+			// Its puts and reads completed at post.
+			if e := p.noteComplete(t); e != nil {
+				err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
+				break
+			}
+			p.seqs[i] = 0
+			n = i + 1
+			continue
+		}
 		if p.sig[t] {
 			if _, e := p.f.NotifySignaled(t, p.completeTag); e != nil {
 				err = fmt.Errorf("pscw: complete to rank %d: %w", t, e)
@@ -208,8 +240,17 @@ func (p *PSCW) Wait() error {
 	if p.done() {
 		return nil
 	}
-	if err := p.f.AwaitNoteEach(p.completeTag, p.missing, p.exposure); err != nil {
-		return fmt.Errorf("pscw: wait: %w", err)
+	direct, notes := p.split(&p.d.exposure, p.missing)
+	if len(direct) > 0 {
+		p.d.wait.Ranks, p.d.wait.Watch = direct, p.exposure
+		if err := p.f.AwaitDirect(&p.d.wait); err != nil {
+			return err
+		}
+	}
+	if len(notes) > 0 {
+		if err := p.f.AwaitNoteEach(p.completeTag, notes, p.exposure); err != nil {
+			return fmt.Errorf("pscw: wait: %w", err)
+		}
 	}
 	p.done()
 	return nil
@@ -239,7 +280,11 @@ func (p *PSCW) Test() (bool, error) {
 func (p *PSCW) done() bool {
 	keep := p.missing[:0]
 	for _, o := range p.missing {
-		if !p.f.TakeNote(p.completeTag, o) {
+		switch {
+		case p.direct(o) && p.completeArrived(o):
+			p.d.doneTaken[o]++
+		case !p.direct(o) && p.f.TakeNote(p.completeTag, o):
+		default:
 			keep = append(keep, o)
 		}
 	}

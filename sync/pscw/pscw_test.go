@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/transport"
 )
 
@@ -66,7 +67,9 @@ func write1(r *rank, targets []int, off, stage int, v uint64) error {
 }
 
 // TestRing: each rank exposes to its left neighbour and accesses its right
-// one, many times; each iteration's data is checked.
+// one, many times; each iteration's data is checked. Where the neighbours
+// are notified directly (shm: direct.go), their counts in this rank's
+// words must be the rounds'.
 func TestRing(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 5, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -74,9 +77,20 @@ func TestRing(t *testing.T) {
 				p := New(r.C, 1)
 				defer p.Close()
 				left, right := (r.Me()+n-1)%n, (r.Me()+1)%n
-				for i := range 100 {
+				const rounds = 100
+				for i := range rounds {
 					if err := epoch(r, p, i, []int{left}, []int{right}, i%3 == 2); err != nil {
 						return err
+					}
+				}
+				if r.F.CompletesAtPost(right) {
+					if got := r.C.Load(control.NoteWord(n, right, control.NotePost)); got != rounds {
+						return fmt.Errorf("rank %d's posts counted in the words: %d, want %d", right, got, rounds)
+					}
+				}
+				if r.F.CompletesAtPost(left) {
+					if got := r.C.Load(control.NoteWord(n, left, control.NoteComplete)); got != rounds {
+						return fmt.Errorf("rank %d's completions counted in the words: %d, want %d", left, got, rounds)
 					}
 				}
 				return nil
