@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"github.com/rmago/rmago/internal/spin"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -120,6 +121,7 @@ func (f *Fabric) AwaitDirect(w *DirectWait) error {
 			return nil
 		}
 		if i%directSpins != 0 {
+			spin.Pause()
 			continue
 		}
 		f.Progress()
@@ -173,6 +175,7 @@ func (w *DirectWait) readyWithin(d time.Duration) bool {
 			if w.Ready() {
 				return true
 			}
+			spin.Pause()
 		}
 		if !time.Now().Before(end) {
 			return false

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/rmago/rmago/internal/spin"
 	"runtime"
 	"syscall"
 	"time"
@@ -126,6 +127,7 @@ func (w *Poller) Pause() bool {
 		// load). A yield to goroutines costs the scheduler's work, and may
 		// wake an idle processor's thread that takes the peer's core.
 		if w.spins++; w.spins%hwPureSpins != 0 && !w.asleep {
+			spin.Pause()
 			return true
 		}
 		w.f.Progress() // completions and notifications only

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"fmt"
+	"github.com/rmago/rmago/internal/spin"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -252,6 +253,7 @@ func (q *cq) pending(v uint32) bool {
 		if q.bell.ring.Load() != v || q.arrived() || q.woken.Load() {
 			return true
 		}
+		spin.Pause()
 	}
 	return false
 }
