@@ -185,6 +185,9 @@ func (win *Window[T]) CompareAndSwap(compare, value T, target, disp int) (T, err
 }
 
 func (win *Window[T]) compareAndSwap(compare, value T, target, disp int) (T, error) {
+	if old, ran, err := win.shortDirectCAS(compare, value, target, disp); ran {
+		return old, err
+	}
 	w := win.w
 	w.atomicMu.Lock()
 	defer w.atomicMu.Unlock()
@@ -257,6 +260,11 @@ func (win *Window[T]) accumulate(origin, result []T, target, disp int, op Op) er
 // 8-byte integers without results return a pending request; the
 // compare-and-swap loop returns complete.
 func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op) (Request, error) {
+	if len(origin) <= shortDirect {
+		if ran, err := win.shortDirectAccumulate(origin, result, target, disp, op); ran {
+			return Request{}, err
+		}
+	}
 	if win.w.bulkAcc && win.bulkWorthIt(len(origin), op) {
 		return win.bulkAccumulate(origin, result, target, disp, op)
 	}

@@ -126,7 +126,7 @@ func (s *stager) accumulate(r int, b []byte, remote transport.Remote, acc transp
 			s.used -= pad + n
 			return 0, err
 		}
-		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad})
+		s.push(staged{off: off, n: n, rank: r, seq: seq, pad: pad})
 		b = b[n:]
 		remote.Addr += uint64(n)
 		last = seq
@@ -155,7 +155,7 @@ func (s *stager) getAccumulate(r int, b, dst []byte, remote transport.Remote, ac
 			s.used -= pad + n
 			return 0, err
 		}
-		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, dst: dst[:n], pad: pad})
+		s.push(staged{off: off, n: n, rank: r, seq: seq, dst: dst[:n], pad: pad})
 		b, dst = b[n:], dst[n:]
 		remote.Addr += uint64(n)
 		last = seq

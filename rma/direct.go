@@ -42,6 +42,59 @@ func (win *Window[T]) directTo(target int) []T {
 	return rw.direct
 }
 
+// shortDirect is the most elements an accumulate to a node-local peer's
+// mapped window applies under the window's mutex (shortDirectAccumulate):
+// a few CPU atomics, no wait on the peer.
+const shortDirect = 64
+
+// shortDirectAccumulate runs an accumulate of at most shortDirect elements
+// to a node-local peer's mapped window, with the epoch's checks, under
+// win.mu: it waits for no peer, so it needs neither the World's atomics
+// mutex nor the in-flight count that lets a longer one run unlocked
+// (beginAtomics; one lock instead of four: a one-element accumulate 100 ->
+// 80 ns). It reports false, having done nothing, for any other target.
+func (win *Window[T]) shortDirectAccumulate(origin, result []T, target, disp int, op Op) (bool, error) {
+	if err := win.lockReady(target); err != nil {
+		return true, err
+	}
+	defer win.mu.Unlock()
+	if err := win.check(target, disp, len(origin)); err != nil || len(origin) == 0 {
+		return true, err
+	}
+	if target == win.w.Rank() {
+		return false, nil // through the loopback pair (beginAtomics)
+	}
+	direct := win.directTo(target)
+	if direct == nil {
+		return false, nil
+	}
+	win.atomicsOn(target)
+	return true, directAccumulate(win.w.f, direct, origin, result, target, disp, op)
+}
+
+// shortDirectCAS is CompareAndSwap to a node-local peer's mapped window
+// under win.mu, as shortDirectAccumulate; ran is false, nothing done, for
+// any other target.
+func (win *Window[T]) shortDirectCAS(compare, value T, target, disp int) (old T, ran bool, err error) {
+	if err := win.lockReady(target); err != nil {
+		return 0, true, err
+	}
+	defer win.mu.Unlock()
+	if err := win.check(target, disp, 1); err != nil {
+		return 0, true, err
+	}
+	if target == win.w.Rank() {
+		return 0, false, nil
+	}
+	direct := win.directTo(target)
+	if direct == nil {
+		return 0, false, nil
+	}
+	win.atomicsOn(target)
+	old, err = directCompareAndSwap(win.w.f, direct, compare, value, target, disp)
+	return old, true, err
+}
+
 // directAccumulate applies origin to the elements of a node-local peer's
 // mapped window from disp with op, each element atomically (the shm
 // provider's accop on the same words), and, when result is not nil, puts

@@ -2,6 +2,7 @@ package rma
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"github.com/rmago/rmago/transport"
 )
@@ -19,6 +20,9 @@ type stager struct {
 	head int // next free byte
 	used int // bytes in flight
 	fifo []staged
+	// pieces is len(fifo), for a look without World.stageMu
+	// (World.drainStage: nothing to drain, the common case).
+	pieces atomic.Int32
 }
 
 // staged is a piece of the bounce buffer in flight.
@@ -76,10 +80,17 @@ func (s *stager) retire() error {
 	s.used -= p.pad + p.n
 	copy(s.fifo, s.fifo[1:])
 	s.fifo = s.fifo[:len(s.fifo)-1]
+	s.pieces.Store(int32(len(s.fifo)))
 	if len(s.fifo) == 0 {
 		s.head, s.used = 0, 0
 	}
 	return err
+}
+
+// push records a piece in flight.
+func (s *stager) push(p staged) {
+	s.fifo = append(s.fifo, p)
+	s.pieces.Store(int32(len(s.fifo)))
 }
 
 // drain completes every piece in flight.
@@ -110,7 +121,7 @@ func (s *stager) put(r int, b []byte, remote transport.Remote) (last uint64, err
 		}
 		switch {
 		case !s.w.f.CopiesPayload(r):
-			s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad})
+			s.push(staged{off: off, n: n, rank: r, seq: seq, pad: pad})
 		case len(s.fifo) == 0:
 			// The provider took the bytes at post and nothing else is in
 			// flight: the ring is empty again.
@@ -118,7 +129,7 @@ func (s *stager) put(r int, b []byte, remote transport.Remote) (last uint64, err
 		default:
 			// Taken at post, but pieces are released in order: this one
 			// goes with the older ones, without a wait of its own.
-			s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, pad: pad, taken: true})
+			s.push(staged{off: off, n: n, rank: r, seq: seq, pad: pad, taken: true})
 		}
 		b = b[n:]
 		remote.Addr += uint64(n)
@@ -141,7 +152,7 @@ func (s *stager) get(r int, b []byte, remote transport.Remote) (last uint64, err
 			s.used -= pad + n
 			return 0, err
 		}
-		s.fifo = append(s.fifo, staged{off: off, n: n, rank: r, seq: seq, dst: b[:n], pad: pad})
+		s.push(staged{off: off, n: n, rank: r, seq: seq, dst: b[:n], pad: pad})
 		b = b[n:]
 		remote.Addr += uint64(n)
 		last = seq

@@ -130,6 +130,11 @@ func (win *Window[T]) Fence(assert Assert) error {
 }
 
 func (w *World) drainStage() error {
+	if w.stage.pieces.Load() == 0 {
+		// Nothing in flight: pieces this goroutine staged earlier were
+		// counted under stageMu before it was released.
+		return nil
+	}
 	w.stageMu.Lock()
 	defer w.stageMu.Unlock()
 	return w.stage.drain()

@@ -102,6 +102,11 @@ func (f *Fabric) Flush(r int) error {
 	if p == nil || !p.ready.Load() {
 		return f.Err(r) // nothing was posted to it
 	}
+	if p.done.Load() >= p.posted.Load() {
+		// Everything this goroutine posted before has completed (others'
+		// posts racing with this Flush are theirs to flush).
+		return f.Err(r)
+	}
 	p.postMu.Lock()
 	target := p.posted.Load()
 	if p.done.Load() >= target {
