@@ -1,7 +1,14 @@
 // Package keytab is the memory-region key table the software providers
 // share: it hands out 32-bit keys whose low 16 bits index the table and
-// whose high 16 bits are random, so a stale or guessed key misses, and it
-// finds a key's value without a lock or an allocation.
+// whose high 16 bits are a generation, random for an index's first key
+// and one more for each later key of the same index, so a guessed key
+// misses and a stale one always does (until the index has been reused
+// 65536 times), and it finds a key's value without a lock or an
+// allocation. (Random high bits for every key let a new region take the
+// key of the one freed just before at the same index once in 65536
+// reuses; a peer that cached a mapping of the old region under that key
+// and address, the shm provider, then reached the old memory: a fence's
+// note lost in a loop of windows created and freed, at the 34795th.)
 package keytab
 
 import (
@@ -64,9 +71,15 @@ func (t *Table[T]) Add(v *T, reusable func(index uint32) bool, publish func(key 
 	}
 	next := make([]slot[T], n)
 	copy(next, old)
-	var rnd [2]byte
-	rand.Read(rnd[:])
-	key := uint32(binary.LittleEndian.Uint16(rnd[:]))<<16 | uint32(idx)
+	var gen uint32
+	if idx < len(old) && old[idx].key != 0 {
+		gen = (old[idx].key>>16 + 1) & 0xffff // the index's previous key, plus one
+	} else {
+		var rnd [2]byte
+		rand.Read(rnd[:])
+		gen = uint32(binary.LittleEndian.Uint16(rnd[:]))
+	}
+	key := gen<<16 | uint32(idx)
 	if publish != nil {
 		publish(key)
 	}
@@ -92,7 +105,8 @@ func (t *Table[T]) Lookup(key uint32) *T {
 	return s.v
 }
 
-// Remove frees key's slot; its index may then be reused by Add.
+// Remove frees key's slot; its index may then be reused by Add, with the
+// next generation.
 func (t *Table[T]) Remove(key uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -107,6 +121,6 @@ func (t *Table[T]) Remove(key uint32) {
 	}
 	next := make([]slot[T], len(old))
 	copy(next, old)
-	next[idx] = slot[T]{}
+	next[idx] = slot[T]{key: key} // kept for the next key's generation
 	t.slots.Store(&next)
 }

@@ -74,3 +74,38 @@ func TestLookupAllocates0(t *testing.T) {
 		t.Fatalf("Lookup allocates %v times, want 0", n)
 	}
 }
+
+// TestReuseNeverRepeats: an index freed and taken again gets the next
+// generation, so a key never comes back as the key freed just before it
+// (a peer's cached mapping of the old region would then reach the new
+// key), through a full cycle of the 16-bit generation; the stale key
+// misses.
+func TestReuseNeverRepeats(t *testing.T) {
+	var tab Table[int]
+	v := new(int)
+	prev, err := tab.Add(v, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := prev
+	for i := range 1 << 16 {
+		tab.Remove(prev)
+		k, err := tab.Add(v, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if Index(k) != Index(prev) || k == prev {
+			t.Fatalf("reuse %d: key %#x after %#x: want the same index, another key", i, k, prev)
+		}
+		if k>>16 != (prev>>16+1)&0xffff {
+			t.Fatalf("reuse %d: generation %#x after %#x, want the next", i, k>>16, prev>>16)
+		}
+		if tab.Lookup(prev) != nil || tab.Lookup(k) != v {
+			t.Fatalf("reuse %d: the stale key %#x is found, or the new one %#x is not", i, prev, k)
+		}
+		prev = k
+	}
+	if prev != first {
+		t.Fatalf("after 65536 reuses the key is %#x, want the first again (%#x): the generation wraps", prev, first)
+	}
+}
