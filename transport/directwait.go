@@ -84,10 +84,8 @@ type DirectWait struct {
 	// errors, and a fence's makes a timeout give up the missing ranks, as
 	// a fence's notification wait does).
 	Tag uint32
-	// Ready reports whether every awaited note has arrived. It reads
-	// words only (no lock held).
-	Ready func() bool
-	// Arrived reports whether rank r's note has arrived.
+	// Arrived reports whether rank r's note has arrived. It reads words
+	// only (no lock held).
 	Arrived func(r int) bool
 	// Ranks are the ranks whose notes are awaited; a rank of them whose
 	// connection ends before its note arrived ends the wait.
@@ -104,13 +102,13 @@ type DirectWait struct {
 	ranksFn func(yield func(int) bool)
 }
 
-// AwaitDirect waits until w.Ready holds: it spins, yielding the core where
+// AwaitDirect waits until the note of every rank of w.Ranks has arrived: it spins, yielding the core where
 // others need it, for HWSpin, then sleeps on w.Bell in slices of
 // bellSlice; it fails when a rank of w.Ranks ends without its note, a
 // rank of w.Watch fails, or, after the timeout and the grace, naming the
 // ranks of w.Ranks still missing.
 func (f *Fabric) AwaitDirect(w *DirectWait) error {
-	if w.Ready() {
+	if w.ready() {
 		return nil
 	}
 	if w.ranksFn == nil {
@@ -125,7 +123,7 @@ func (f *Fabric) AwaitDirect(w *DirectWait) error {
 	defer f.EndProgress()
 	var deadline, spinEnd time.Time
 	for i := 1; ; i++ {
-		if w.Ready() {
+		if w.ready() {
 			return nil
 		}
 		if i%directSpins != 0 {
@@ -174,19 +172,29 @@ func (f *Fabric) AwaitDirect(w *DirectWait) error {
 	// The timeout passed: the notification waits' ending (the grace for
 	// failure notices, the ranks seen stopped blamed first).
 	op := waitOp{what: w.What, rank: -1, tags: [2]uint32{w.Tag}, count: len(w.Ranks), grace: w.Grace, arrived: w.Arrived}
-	err := f.waitUntil(func() bool { return f.directFailed(w) != nil || w.Ready() }, op, deadline, w.ranksFn)
-	if err == nil && !w.Ready() {
+	err := f.waitUntil(func() bool { return f.directFailed(w) != nil || w.ready() }, op, deadline, w.ranksFn)
+	if err == nil && !w.ready() {
 		return f.directFailed(w)
 	}
 	return err
 }
 
-// readyWithin looks at w's words until Ready holds (true) or d passed.
+// ready reports whether the note of every rank of w.Ranks has arrived.
+func (w *DirectWait) ready() bool {
+	for _, r := range w.Ranks {
+		if !w.Arrived(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// readyWithin looks at w's words until ready holds (true) or d passed.
 func (w *DirectWait) readyWithin(d time.Duration) bool {
 	end := time.Now().Add(d)
 	for {
 		for range directSpins {
-			if w.Ready() {
+			if w.ready() {
 				return true
 			}
 			spin.Pause()

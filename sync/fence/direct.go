@@ -32,14 +32,6 @@ type directWait struct {
 func (d *directWait) init(x *Fence) {
 	d.x = x
 	d.w.Arrived = d.arrived
-	d.w.Ready = func() bool {
-		for _, r := range d.w.Ranks {
-			if !d.arrived(r) {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 // arrived reports whether rank r's note of the awaited kind and fence has

@@ -36,23 +36,7 @@ func (p *PSCW) initDirect(c *control.Region) {
 	d.postTaken, d.doneTaken = make([]uint64, p.size), make([]uint64, p.size)
 	d.postSent, d.doneSent = make([]uint64, p.size), make([]uint64, p.size)
 	d.start = transport.DirectWait{What: "pscw: start: waiting for posts", Tag: p.postTag, Bell: c.Bell(), Arrived: p.postArrived}
-	d.start.Ready = func() bool {
-		for _, r := range d.start.Ranks {
-			if !p.postArrived(r) {
-				return false
-			}
-		}
-		return true
-	}
 	d.wait = transport.DirectWait{What: "pscw: wait", Tag: p.completeTag, Bell: c.Bell(), Arrived: p.completeArrived}
-	d.wait.Ready = func() bool {
-		for _, r := range d.wait.Ranks {
-			if !p.completeArrived(r) {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 // direct reports whether rank r gets and sends direct notes.
