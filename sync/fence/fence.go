@@ -4,7 +4,9 @@
 // the same queue pairs, and, when some rank put and the job has three
 // ranks or more, a second round that is a barrier only: all-to-all up to
 // DisseminationMin ranks, a dissemination barrier (ceil(log2 size) rounds
-// of one notification) from there. Protocol and costs:
+// of one notification) from there. Between ranks on shm, on a window with
+// control words, each notification is a direct note instead, a store into
+// the receiver's words (direct.go). Protocol and costs:
 // docs/sync-protocols.md.
 //
 // It keeps no epoch state: package rma's state machine runs one Sync at a

@@ -3,8 +3,10 @@
 // MPI_Win_complete, MPI_Win_wait, MPI_Win_test): one notification (a
 // zero-length RDMA write with immediate data, tagged with the window's id)
 // per peer for Post and for Complete, counted per sender by the receiving
-// fabric; Start and Wait only take the notifications that arrived.
-// Protocol, costs, waiting, failures: docs/sync-protocols.md.
+// fabric; Start and Wait only take the notifications that arrived. Between
+// ranks on shm the notifications are counts in the receiver's control
+// words instead (direct notes: direct.go). Protocol, costs, waiting,
+// failures: docs/sync-protocols.md.
 //
 // The package keeps no epoch state: package rma's state machine calls Post
 // and Start only while that side has no epoch, Complete only after a Start
