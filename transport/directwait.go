@@ -102,11 +102,11 @@ type DirectWait struct {
 	ranksFn func(yield func(int) bool)
 }
 
-// AwaitDirect waits until the note of every rank of w.Ranks has arrived: it spins, yielding the core where
-// others need it, for HWSpin, then sleeps on w.Bell in slices of
-// bellSlice; it fails when a rank of w.Ranks ends without its note, a
-// rank of w.Watch fails, or, after the timeout and the grace, naming the
-// ranks of w.Ranks still missing.
+// AwaitDirect waits until the note of every rank of w.Ranks has arrived:
+// it spins, yielding the core where others need it, for HWSpin, then
+// sleeps on w.Bell in slices of bellSlice; it fails when a rank of
+// w.Ranks ends without its note, a rank of w.Watch fails, or, after the
+// timeout and the grace, naming the ranks of w.Ranks still missing.
 func (f *Fabric) AwaitDirect(w *DirectWait) error {
 	if w.ready() {
 		return nil
