@@ -7,6 +7,7 @@
 package control
 
 import (
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -123,12 +124,17 @@ func New(f *transport.Fabric) (*Region, error) {
 	c := &Region{F: f, reg: reg, words: reg.Words(), direct: make([]atomic.Pointer[[]uint64], f.Size())}
 	// Map the words of the ranks notified directly now, while every rank
 	// takes part: mapping asks the owner for its memory, which a rank
-	// stopped later would never answer (a note to it must not wait).
+	// stopped later would never answer (a note to it must not wait). The
+	// requests to the peers overlap (300 windows created and freed by 8
+	// ranks on 2 cores: 6.1 -> 5.5 s; with a core per rank they overlap
+	// fully).
+	var wg sync.WaitGroup
 	for r := range f.Size() {
 		if c.DirectNotes(r) {
-			c.Direct(r)
+			wg.Go(func() { c.Direct(r) })
 		}
 	}
+	wg.Wait()
 	return c, nil
 }
 
