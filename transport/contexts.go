@@ -3,10 +3,10 @@ package transport
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/rmago/rmago/internal/config"
+	"github.com/rmago/rmago/internal/launch"
 	"github.com/rmago/rmago/verbs"
 )
 
@@ -91,8 +91,8 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 	if err != nil {
 		return err
 	}
-	f.shareCores = topo.NodeSize() > runtime.NumCPU()
-	cfg := providerConfig(b, s, f.timeout, topo.NodeSize(), runtime.NumCPU())
+	f.shareCores = launch.CoresShared(topo.NodeSize())
+	cfg := providerConfig(b, s, f.timeout, f.shareCores)
 	f.via = make([]uint8, f.size)
 	if s.Provider != "" && s.Provider != "auto" {
 		ch, err := selectProvider(s.Provider, s.Device, cfg)

@@ -44,8 +44,9 @@ func settings(opt Options) (config.Settings, error) {
 // address and secret, and the settings that concern providers (which
 // never read the environment themselves). A provider bounds a write to a
 // peer that takes no data, and a frame a peer stops sending halfway, by
-// the same timeout as every wait. The node runs nodeRanks ranks on cores
-// cores: with more ranks than cores (verbs.Config.ShareCores) a soft rank
+// the same timeout as every wait. When this rank shares its cores with
+// other ranks of its node (share, internal/launch.CoresShared;
+// verbs.Config.ShareCores) a soft rank
 // does not poll unless RMAGO_SOFT_SPIN says so, and one that polls gives
 // its core to other processes between polls (sched_yield). Polling that
 // way helps a job alone on its node at up to two ranks a core (on 2 cores,
@@ -60,8 +61,7 @@ func settings(opt Options) (config.Settings, error) {
 // core to other processes between polls when the cores are shared: its
 // wait ends by itself after 1 ms, where soft's spinner keeps polling as
 // long as frames come.
-func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, nodeRanks, cores int) verbs.Config {
-	share := nodeRanks > cores
+func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, share bool) verbs.Config {
 	cfg := verbs.Config{Addr: b.Addr(), Secret: b.Secret(), GIDIndex: -1, Timeout: timeout, NetDev: s.NetDev, Spin: s.SoftSpin, ShareCores: share}
 	if s.SoftSpin == 0 || (share && !s.SoftSpinSet) {
 		cfg.Spin = -1 // never poll

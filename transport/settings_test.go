@@ -108,7 +108,7 @@ func TestProviderConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := providerConfig(b, s, 7*time.Second, c.ranks, 2)
+		got := providerConfig(b, s, 7*time.Second, c.ranks > 2)
 		c.want.Addr, c.want.Secret, c.want.GIDIndex, c.want.Timeout = "127.0.0.1", got.Secret, -1, 7*time.Second
 		if string(got.Secret) != "0123456789abcdef" || got.Addr != c.want.Addr || got.GIDIndex != -1 || got.Timeout != c.want.Timeout ||
 			got.NetDev != c.want.NetDev || got.Spin != c.want.Spin || got.SpinPolls != c.want.SpinPolls || got.ShareCores != c.want.ShareCores || got.ShmSpin != c.want.ShmSpin {

@@ -88,8 +88,10 @@ func runAgent() int {
 			return &lineWriter{w: os.Stdout, mu: &outMu, prefix: []byte("O " + r + " ")},
 				&lineWriter{w: os.Stdout, mu: &outMu, prefix: []byte("E " + r + " ")}
 		},
-		events:  events,
-		rdvFile: rdv,
+		events:        events,
+		rdvFile:       rdv,
+		bindTo:        start.BindTo,
+		oversubscribe: start.Oversubscribe,
 	}
 
 	// Orders from rmarun, and the end of its input.

@@ -25,6 +25,7 @@ type options struct {
 	agentPath     string     // rmarun's path on the remote hosts
 	quiet         bool
 	oversubscribe bool
+	bindTo        string // bindNone, bindCore or bindHWThread
 	provider      string
 	providerSet   bool
 	addr          string // -addr, "" if not given
@@ -41,7 +42,8 @@ const defaultStartup = 30 * time.Second
 
 const usageLine = `usage: rmarun [-n|-np N] [-H h1[:slots],h2... | --hostfile F] [-x VAR[=value]]...
               [--launcher ssh|rsh | --launcher-exec CMD] [--tag-output | -quiet-prefix]
-              [--oversubscribe] [-provider soft|ibv|shm|auto] [-addr IP] [-iface NAME]
+              [--oversubscribe] [-bind-to none|core|hwthread]
+              [-provider soft|ibv|shm|auto] [-addr IP] [-iface NAME]
               [-timeout D] [-startup-timeout D] [-remote-rmarun PATH] program [args...]`
 
 // parseFlags parses rmarun's command line. It returns a usage problem as
@@ -67,7 +69,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.agentPath, "remote-rmarun", "", "`path` of rmarun on remote hosts (default: this rmarun's path)")
 	tag := fs.Bool("tag-output", false, "prefix every output line with [rank] (the default)")
 	fs.BoolVar(&o.quiet, "quiet-prefix", false, "do not prefix output lines with the rank")
-	fs.BoolVar(&o.oversubscribe, "oversubscribe", false, "allow more ranks than the hosts' slots")
+	fs.BoolVar(&o.oversubscribe, "oversubscribe", false, "allow more ranks than the hosts' slots (and than their cores, with -bind-to)")
+	fs.StringVar(&o.bindTo, "bind-to", bindNone, "bind each rank of a host to one `unit` of the CPUs rmarun may use there: none, core (all hardware threads of one core) or hwthread")
 	fs.StringVar(&o.provider, "provider", "", "fabric `provider` for the ranks: "+strings.Join(config.Providers, ", ")+" (default: inherit "+launch.EnvProvider+")")
 	fs.StringVar(&o.addr, "addr", "", "`IP` address the ranks on this host listen on (default 127.0.0.1 for a single-host job)")
 	fs.StringVar(&o.iface, "iface", "", "network `interface` whose address the ranks listen on, on every host")
@@ -109,6 +112,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return bad("-startup-timeout must not be negative")
 	case o.providerSet && !slices.Contains(config.Providers, o.provider):
 		return bad("-provider %q is not one of %s", o.provider, strings.Join(config.Providers, ", "))
+	case !slices.Contains(bindPolicies, o.bindTo):
+		return bad("-bind-to %q is not one of %s", o.bindTo, strings.Join(bindPolicies, ", "))
 	case *launcher != "ssh" && *launcher != "rsh":
 		return bad("--launcher %q is not ssh or rsh (use --launcher-exec for another command)", *launcher)
 	case set["launcher-exec"] && len(strings.Fields(*launcherExec)) == 0:

@@ -252,6 +252,7 @@ func (j *job) startRanks() {
 		msg := startMsg{
 			Ranks: r.ranks, Size: j.size, Argv: j.opt.argv, Cwd: cwd,
 			Env: j.remoteEnv(), Rendezvous: j.rendezvous, Secret: j.secret, Addr: r.addr,
+			BindTo: j.opt.bindTo, Oversubscribe: j.opt.oversubscribe,
 		}
 		b, _ := json.Marshal(msg)
 		r.send(string(b) + "\n")
@@ -273,8 +274,10 @@ func (j *job) startRanks() {
 			return &lineWriter{w: os.Stdout, mu: &j.outMu, prefix: prefix},
 				&lineWriter{w: os.Stderr, mu: &j.outMu, prefix: prefix}
 		},
-		events:  j.events,
-		rdvFile: j.rdvFile,
+		events:        j.events,
+		rdvFile:       j.rdvFile,
+		bindTo:        j.opt.bindTo,
+		oversubscribe: j.opt.oversubscribe,
 	}
 	go j.local.start(j.localRanks)
 }

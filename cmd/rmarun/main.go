@@ -7,7 +7,8 @@
 //
 //	rmarun [-n|-np N] [-H h1[:slots],h2... | --hostfile F] [-x VAR[=value]]...
 //	       [--launcher ssh|rsh | --launcher-exec CMD] [--tag-output | -quiet-prefix]
-//	       [--oversubscribe] [-provider soft|ibv|shm|auto] [-addr IP] [-iface NAME]
+//	       [--oversubscribe] [-bind-to none|core|hwthread]
+//	       [-provider soft|ibv|shm|auto] [-addr IP] [-iface NAME]
 //	       [-timeout D] [-startup-timeout D] [-remote-rmarun PATH] program [args...]
 //
 // Flags may be written with one dash or two (-np, --np).
@@ -25,7 +26,16 @@
 //	                    split at spaces)
 //	-tag-output         prefix each output line with "[rank] " (the default)
 //	-quiet-prefix       do not prefix output lines
-//	-oversubscribe      allow more ranks than the hosts' slots
+//	-oversubscribe      allow more ranks than the hosts' slots (and, with
+//	                    -bind-to, than their cores: the ranks then share them)
+//	-bind-to U          bind the ranks of each host to one unit each of the
+//	                    CPUs rmarun may use there, dealt in rank order: none
+//	                    (the default), core (all hardware threads of a core)
+//	                    or hwthread. A bound rank's Go runtime sizes itself
+//	                    by its unit (GOMAXPROCS 1 on a core of one thread):
+//	                    right for shm, where nothing but the rank's own calls
+//	                    need a thread; soft's responder then waits for the
+//	                    rank's calls (docs/launch.md, binding)
 //	-provider P         set RMAGO_PROVIDER to P (soft, ibv, shm or auto)
 //	-addr IP            the address ranks on this host listen on
 //	                    (default 127.0.0.1 for a job on this host only)

@@ -45,6 +45,9 @@ type startMsg struct {
 	Rendezvous string
 	Secret     string
 	Addr       string // the address from the hello
+
+	BindTo        string // -bind-to, applied to the host's own CPUs
+	Oversubscribe bool
 }
 
 // encodeExit formats an X line.

@@ -81,6 +81,9 @@ type group struct {
 	events  chan<- event
 	rdvFile *os.File // rank 0's rendezvous listener, if rank 0 is in this group (closed once started)
 
+	bindTo        string // -bind-to policy: bindNone, bindCore, bindHWThread ("" is none)
+	oversubscribe bool   // more ranks than units may share them
+
 	clock    exitClock
 	mu       sync.Mutex
 	procs    []*rankProc
@@ -100,11 +103,21 @@ type rankProc struct {
 // start starts the ranks in order. If one cannot be started, it and the
 // ranks after it are reported as ended (the later ones as stopped) and
 // the ranks already started go on until the supervisor stops them.
+// A binding that cannot be made (-bind-to) is the first rank's failure,
+// before any starts.
 func (g *group) start(ranks []int) {
+	bind, err := bindRanks(g.bindTo, len(ranks), g.oversubscribe)
 	for i, rank := range ranks {
-		err := g.startRank(rank)
 		if err == nil {
-			continue
+			var set *cpuSet
+			var env []string
+			if bind != nil {
+				set = &bind.sets[i]
+				env = []string{launch.EnvBound + "=" + strconv.Itoa(bind.sharing[i])}
+			}
+			if err = g.startRank(rank, set, env); err == nil {
+				continue
+			}
 		}
 		now := time.Now().UnixNano()
 		g.events <- event{kind: evExit, rank: rank, exit: exitInfo{When: now, Code: -1, StartErr: err.Error()}}
@@ -115,11 +128,12 @@ func (g *group) start(ranks []int) {
 	}
 }
 
-// startRank starts one rank: its standard output and error are pipes of
+// startRank starts one rank, bound to set if it is not nil, with env added
+// to its environment: its standard output and error are pipes of
 // rmarun's, and so is its notify pipe (launch.EnvNotifyFD), on which
 // rma.Init reports and whose end marks the rank's death (see exitClock);
 // standard input is /dev/null.
-func (g *group) startRank(rank int) error {
+func (g *group) startRank(rank int, set *cpuSet, env []string) error {
 	var files []*os.File // the rank's ends, closed here once it has them
 	defer func() {
 		for _, f := range files {
@@ -147,7 +161,7 @@ func (g *group) startRank(rank int) error {
 	files = append(files, ntfW)
 	cmd := exec.Command(g.argv[0], g.argv[1:]...)
 	fd := notifyFD()
-	cmd.Env = slices.Concat(g.env, g.rankEnv(rank), []string{launch.EnvNotifyFD + "=" + strconv.Itoa(fd)})
+	cmd.Env = slices.Concat(g.env, g.rankEnv(rank), env, []string{launch.EnvNotifyFD + "=" + strconv.Itoa(fd)})
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = make([]*os.File, fd-3+1) // nil entries are closed in the rank
 	cmd.ExtraFiles[fd-3] = ntfW
@@ -162,7 +176,7 @@ func (g *group) startRank(rank int) error {
 	defer g.mu.Unlock()
 	if g.stopping {
 		err = errStopping
-	} else if err = cmd.Start(); err == nil {
+	} else if err = startOn(set, cmd.Start); err == nil {
 		p.pid = cmd.Process.Pid
 		g.procs = append(g.procs, p)
 		go g.watch(p, cmd.Process, ended, outR, errR)

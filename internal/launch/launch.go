@@ -49,6 +49,11 @@ const (
 
 	// EnvJobID holds a short random hex identifier of the job, for logs.
 	EnvJobID = "RMAGO_JOBID"
+
+	// EnvBound is set for a rank the launcher bound to some of its host's
+	// CPUs: how many of the host's ranks it bound to the same CPUs, this
+	// one included (1: the rank has them to itself). See CoresShared.
+	EnvBound = "RMAGO_BOUND"
 )
 
 // SecretBytes is the size in bytes of the per-job secret before hex encoding.
@@ -95,6 +100,20 @@ func CoreShare(n int) int {
 		return p
 	}
 	return 0
+}
+
+// CoresShared reports whether this rank shares the CPUs it may run on with
+// other ranks of its node, nodeRanks of them in all (itself included), so
+// that a waiting rank should give its core away rather than spin. A rank
+// the launcher bound (EnvBound) knows how many ranks share its CPUs;
+// others assume the node's ranks run on the same CPUs as they may, and
+// compare their number with runtime.NumCPU (a rank bound by another
+// launcher is taken for a shared one).
+func CoresShared(nodeRanks int) bool {
+	if v, err := strconv.Atoi(os.Getenv(EnvBound)); err == nil && v > 0 {
+		return v > runtime.NumCPU()
+	}
+	return nodeRanks > runtime.NumCPU()
 }
 
 // SpinEnv names the soft provider's polling setting (internal/config).

@@ -109,3 +109,20 @@ func TestCoreShare(t *testing.T) {
 		}
 	}
 }
+
+// A rank the launcher bound counts the ranks on its CPUs, not on its node.
+func TestCoresShared(t *testing.T) {
+	cpu := runtime.NumCPU()
+	t.Setenv(EnvBound, "")
+	if CoresShared(cpu) || !CoresShared(cpu+1) {
+		t.Errorf("unbound: %d ranks share %d CPUs: %t; %d: %t", cpu, cpu, CoresShared(cpu), cpu+1, CoresShared(cpu+1))
+	}
+	t.Setenv(EnvBound, "1")
+	if CoresShared(64 * cpu) {
+		t.Error("bound alone, but said to share its CPUs")
+	}
+	t.Setenv(EnvBound, strconv.Itoa(cpu+1))
+	if !CoresShared(1) {
+		t.Errorf("bound with %d ranks on %d CPUs, but said not to share", cpu+1, cpu)
+	}
+}

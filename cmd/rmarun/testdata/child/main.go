@@ -18,12 +18,15 @@
 //	kill         send SIGKILL to itself
 //	sleep        sleep forever
 //	tag=TEXT     nothing (marks the process in the process table)
+//	cpus         print "cpus=LIST gomaxprocs=N": the CPUs it may run on
+//	             (Linux's Cpus_allowed_list) and its GOMAXPROCS
 package main
 
 import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,6 +106,16 @@ func main() {
 			sleepForever()
 		case "sleep":
 			sleepForever()
+		case "cpus":
+			list := "?"
+			if b, err := os.ReadFile("/proc/self/status"); err == nil {
+				for _, l := range strings.Split(string(b), "\n") {
+					if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+						list = strings.TrimSpace(v)
+					}
+				}
+			}
+			fmt.Printf("cpus=%s gomaxprocs=%d\n", list, runtime.GOMAXPROCS(0))
 		default:
 			fmt.Fprintf(os.Stderr, "child: unknown action %q\n", arg)
 			os.Exit(100)
