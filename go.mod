@@ -6,6 +6,7 @@ require (
 	github.com/Mellanox/rdmamap v1.1.0
 	github.com/goccy/go-json v0.12.0
 	golang.org/x/exp v0.0.0-20260908205506-85c1c2202aba
+	golang.org/x/sys v0.50.0
 	gonum.org/v1/plot v0.17.0
 )
 
@@ -19,6 +20,5 @@ require (
 	github.com/vishvananda/netlink v1.1.0 // indirect
 	github.com/vishvananda/netns v0.0.0-20191106174202-0a2b9b5464df // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )
