@@ -69,6 +69,7 @@ var Vars = []Var{
 	{"RMAGO_ADDR", Contract, "IP address the rank's fabric listens on (users may set it under PMI)", "an IP address", "127.0.0.1, or the launcher's (docs/launch.md)", "transport (bootstrap, addr.go)"},
 	{"RMAGO_JOBID", Contract, "short random identifier of the job, for logs", "8 hex characters", "set by rmarun", "the program, for its logs (set by cmd/rmarun)"},
 	{"RMAGO_RENDEZVOUS_FD", Contract, "rank 0's rendezvous listener, opened by rmarun and inherited, so that no other process takes the port first", "a file descriptor >= 3", "unset: rank 0 listens on RMAGO_RENDEZVOUS itself", "internal/launch (rendezvousfd.go)"},
+	{"RMAGO_BOUND", Contract, "set for a rank rmarun bound to CPUs (-bind-to): how many of the host's ranks share its CPUs, itself included", "an integer >= 1", "unset: not bound by rmarun (the rank shares cores when its node has more ranks than it has CPUs)", "internal/launch (CoresShared), transport (Open)"},
 	{"RMAGO_NOTIFY_FD", Contract, "pipe on which a rank reports its start-up to rmarun", "a file descriptor >= 3", "unset: no reports", "internal/launch (notify.go)"},
 
 	{"RMAGO_GID_INDEX", Test, "RoCE GID index the Soft-RoCE VM expects the ibv provider to pick", "an integer >= 0", "unset: not checked", "verbs/ibv tests, ci/softroce"},
