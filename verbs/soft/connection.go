@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rmago/rmago/internal/auth"
 	"github.com/rmago/rmago/verbs"
 )
@@ -41,7 +43,7 @@ func (q *qp) dials(remote verbs.Endpoint) bool {
 
 func (q *qp) Connect(remote verbs.Endpoint) error {
 	q.mu.Lock()
-	if q.state != stInit || q.conn != nil {
+	if q.state != stInit || q.rx != nil {
 		q.mu.Unlock()
 		return fmt.Errorf("%w: connect on a queue pair that is not new", verbs.ErrQPState)
 	}
@@ -65,7 +67,8 @@ func (q *qp) Connect(remote verbs.Endpoint) error {
 
 // attach makes q ready to send over conn, an authenticated connection to
 // the queue pair remote names, whose send queue is peerDepth deep: it
-// starts the connection's reader and writer goroutines.
+// takes the socket out of Go's network poller (sleeper.go) and starts the
+// connection's reader and writer goroutines.
 func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -77,15 +80,18 @@ func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 		return fmt.Errorf("%w: closed while connecting", verbs.ErrQPState)
 	}
 	q.remote = remote
-	rx, err := newRxStream(q, conn)
+	fd, err := detachFD(conn)
 	if err != nil {
 		q.mu.Unlock()
-		conn.Close()
 		return fmt.Errorf("soft: %w", err)
 	}
-	q.conn = conn
+	rx, err := newRxStream(q, fd)
+	if err != nil {
+		q.mu.Unlock()
+		unix.Close(fd)
+		return fmt.Errorf("soft: %w", err)
+	}
 	q.rx = rx
-	q.writeFn = q.writevOnce
 	q.respCh = make(chan response, peerDepth+q.maxRecv+16)
 	q.state = stRTS
 	q.mu.Unlock()

@@ -58,6 +58,11 @@ type progress struct {
 	handover   atomic.Bool           // a Progress caller wants the token
 	ncorked    atomic.Int32          // queue pairs with frames in their cork (coalesce.go)
 	loops      atomic.Uint32         // loopback requests posted (loopback.go)
+	// lastPoll is when a goroutine last stopped polling having found what
+	// it waited for (Unix ns; 0: the last one stopped to block): the
+	// sleeper stays out of the kernel for the spin time after it.
+	lastPoll atomic.Int64
+	sl       sleeper // sleeps for the reader goroutines (sleeper.go)
 }
 
 const (
@@ -134,7 +139,15 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 		}
 		runtime.Gosched()
 	}
-	defer g.token.Store(0)
+	found := false
+	defer func() {
+		g.token.Store(0)
+		if found {
+			g.polled()
+		} else {
+			g.stopPolling()
+		}
+	}()
 	now := time.Now()
 	end := now.Add(g.spinFor)
 	if t := q.idle.Load(); t != 0 {
@@ -149,6 +162,7 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 	for i := 1; ; i++ {
 		ran += g.pollAll()
 		if n, err := q.Poll(wc); n > 0 || err != nil {
+			found = true
 			return n, err
 		}
 		if i%8 == 0 {
@@ -187,15 +201,22 @@ func (g *progress) spinReader() {
 	if g.spinFor <= 0 || g.waiters.Load() > 0 || !g.token.CompareAndSwap(0, spinReader) {
 		return
 	}
+	idle := false
 	defer func() {
 		g.handover.Store(false)
 		g.token.Store(0)
+		if idle {
+			g.stopPolling()
+		} else {
+			g.polled() // a waiter takes over
+		}
 	}()
 	end := time.Now().Add(g.spinFor)
 	for i := 1; g.waiters.Load() == 0 && !g.handover.Load(); i++ {
 		if g.pollAll() > 0 {
 			end = time.Now().Add(g.spinFor)
 		} else if i%8 == 0 && time.Now().After(end) {
+			idle = true
 			return
 		}
 		g.yield(i)
@@ -231,5 +252,7 @@ func (c *device) Progress() bool {
 
 // EndProgress gives the token back (verbs.Progresser).
 func (c *device) EndProgress() {
-	c.prog.token.CompareAndSwap(spinWaiter, 0)
+	if c.prog.token.CompareAndSwap(spinWaiter, 0) {
+		c.prog.polled()
+	}
 }

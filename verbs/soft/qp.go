@@ -2,11 +2,12 @@ package soft
 
 import (
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -78,7 +79,6 @@ type qp struct {
 	mu         sync.Mutex
 	cond       sync.Cond
 	state      int
-	conn       net.Conn
 	remote     verbs.Endpoint
 	pend       []pending
 	phead      int
@@ -124,11 +124,9 @@ type qp struct {
 	respHdrs    [respBatch][hdrLen]byte
 	// Every write's gather list, under wrMu (write.go): requests (a batch
 	// of postBatch frames), immediate and queued responses.
-	iov     [maxIov]syscall.Iovec
-	iovN    int
-	wrN     int
-	writeFn func(uintptr) bool // writevOnce, bound once
-	wnb     net.Buffers        // the rest of a write that would block (write.go)
+	iov  [maxIov]syscall.Iovec
+	iovN int
+	wrN  int
 }
 
 func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
@@ -212,7 +210,6 @@ func (q *qp) Err() error {
 // orderly close for a failure. Outstanding requests complete as flushed.
 func (q *qp) Close() error {
 	q.mu.Lock()
-	conn := q.conn
 	rts := q.state == stRTS
 	q.mu.Unlock()
 	if rts {
@@ -221,13 +218,14 @@ func (q *qp) Close() error {
 		f := frame{kind: kGoodbye, seq: q.lastExec.Load()}
 		f.encode(&q.hdr)
 		q.wrMu.Lock()
-		conn.SetWriteDeadline(time.Now().Add(time.Second))
-		conn.Write(q.hdr[:])
+		q.writeBlocking([][]byte{q.hdr[:]}, time.Second)
 		q.wrMu.Unlock()
 		q.sendMu.Unlock()
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.CloseWrite()
+		q.fdMu.RLock()
+		if !q.fdClosed {
+			unix.Shutdown(q.rx.fd, unix.SHUT_WR)
 		}
+		q.fdMu.RUnlock()
 		// The peer answers with its own end of stream; wait for it
 		// briefly so that closing does not reset data still in flight.
 		select {
@@ -264,11 +262,15 @@ func (q *qp) fail(status verbs.Status, cause error) {
 	q.state = stError
 	q.failStatus = status
 	q.failErr = cause
-	if q.conn != nil {
+	if q.rx != nil {
+		// Shutting the socket down ends the waits in poll(2) on it, which
+		// hold the descriptor's read lock.
+		unix.Shutdown(q.rx.fd, unix.SHUT_RDWR)
+		q.ctx.prog.sl.remove(q.rx)
 		q.fdMu.Lock()
 		q.fdClosed = true
 		q.fdMu.Unlock()
-		q.conn.Close()
+		unix.Close(q.rx.fd)
 	}
 	if !running {
 		q.failPendingLocked()

@@ -133,9 +133,9 @@ func (q *qp) writeNow(rs []response) int {
 		}
 	}
 	q.iovN, q.wrN = n, 0
-	err := q.rx.rc.Write(q.writeFn)
+	err := q.writev()
 	clear(q.iov[:n])
-	if err != nil {
+	if err != nil && err != errAgain {
 		return 0 // the writer goroutine meets the error and fails the queue pair
 	}
 	left := q.wrN

@@ -3,6 +3,7 @@ package soft
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -11,15 +12,18 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rmago/rmago/verbs"
 )
 
 // The receive engine of a connection can be driven by two kinds of
 // goroutine:
 //
-//   - the queue pair's reader goroutine (serve), which sleeps in Go's
-//     network poller until the socket is readable, so that the peer's
-//     requests execute while this program computes and calls nothing;
+//   - the queue pair's reader goroutine (serve), which sleeps until the
+//     context's sleeper sees data on the socket (sleeper.go), so that the
+//     peer's requests execute while this program computes and calls
+//     nothing;
 //   - a goroutine waiting for something (cq.Wait, or a poll of local
 //     memory through context.Progress), which polls the sockets with
 //     non-blocking reads and runs the frames it finds itself.
@@ -41,7 +45,7 @@ type frameReader interface {
 // serve is the connection's reader goroutine: the NIC's receive engine
 // when no waiting goroutine drives it (see rx.go). It executes the peer's
 // requests against registered memory and completes this side's requests
-// from the peer's responses, sleeping in the network poller in between.
+// from the peer's responses, sleeping in between.
 func (q *qp) serve() {
 	defer q.finished.Done()
 	defer func() {
@@ -58,8 +62,6 @@ func (q *qp) serve() {
 	for {
 		q.rxMu.Lock()
 		n, ok := q.drain(false)
-		// Between frames the stream may rest as long as it likes.
-		q.rx.clearDeadline()
 		q.rxMu.Unlock()
 		if !ok {
 			return
@@ -67,10 +69,8 @@ func (q *qp) serve() {
 		if n > 0 {
 			q.ctx.prog.spinReader()
 		}
+		// Between frames the stream may rest as long as it likes.
 		if err := q.rx.waitReadable(); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				continue // set by a frame that has ended meanwhile
-			}
 			q.fail(verbs.StatusTransport, q.lost(err))
 			return
 		}
@@ -81,43 +81,61 @@ func (q *qp) serve() {
 var errAgain = errors.New("soft: no data")
 
 // midFrameSpin is how many empty non-blocking reads a goroutine makes for
-// the rest of a frame that has begun to arrive before it sleeps in the
-// network poller.
+// the rest of a frame that has begun to arrive before it sleeps in poll(2).
 const midFrameSpin = 64
 
 // rxStream is a connection's receive side: a buffer over non-blocking reads
-// of the socket. Its methods are called by the owner of qp.rxMu only.
+// of the socket. Its methods are called by the owner of qp.rxMu only,
+// except waitReadable and handOver (see there).
 type rxStream struct {
-	q     *qp
-	conn  net.Conn
-	rc    syscall.RawConn
-	fd    int
-	buf   []byte
-	r, w  int
-	peek  [1]byte
-	ready func(uintptr) bool // readableFn, bound once (no allocation per wait)
-	dl    bool               // a read deadline is set (a frame waited for its rest, or handOver)
-	got   uint64             // bytes read so far
+	q    *qp
+	fd   int // the socket, outside Go's network poller (sleeper.go); guarded by qp.fdMu
+	buf  []byte
+	r, w int
+	got  uint64        // bytes read so far
+	wake chan struct{} // the sleeper saw data (cap 1)
+	kick chan struct{} // handOver (cap 1)
 	// idle's record: the stream stood still at idleGot bytes since idleSince.
 	idleGot   uint64
 	idleSince time.Time
 }
 
-func newRxStream(q *qp, conn net.Conn) (*rxStream, error) {
+// newRxStream makes the receive side of the socket fd and puts it in the
+// context's epoll set.
+func newRxStream(q *qp, fd int) (*rxStream, error) {
+	s := &rxStream{q: q, fd: fd, buf: make([]byte, 64<<10), wake: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+	if err := q.ctx.prog.sl.add(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// detachFD takes the socket of an authenticated connection out of Go's
+// network poller (sleeper.go says why): it returns a non-blocking duplicate
+// of its descriptor and closes conn, which the runtime then forgets. The
+// socket stays open through the duplicate, so the peer sees nothing.
+func detachFD(conn net.Conn) (int, error) {
+	defer conn.Close()
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
-		return nil, errors.New("soft: connection without a file descriptor")
+		return -1, errors.New("soft: connection without a file descriptor")
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return nil, err
+		return -1, err
 	}
-	s := &rxStream{q: q, conn: conn, rc: rc, buf: make([]byte, 64<<10)}
-	if err := rc.Control(func(fd uintptr) { s.fd = int(fd) }); err != nil {
-		return nil, err
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(old uintptr) { fd, derr = unix.FcntlInt(old, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
 	}
-	s.ready = s.readableFn
-	return s, nil
+	if derr != nil {
+		return -1, fmt.Errorf("duplicating the socket: %w", derr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // sysRead is one non-blocking read(2) of the socket, guarded against the
@@ -148,29 +166,63 @@ func (s *rxStream) sysRead(p []byte) (int, error) {
 	}
 }
 
-// readableFn is rc.Read's function for waitReadable: it peeks at the
-// socket without consuming anything and declines (so the runtime sleeps
-// until the poller sees data) only if nothing is there. Checking under the
-// descriptor's read lock, as a read would, is what makes the sleep safe:
-// data that came before it is seen by the peek, data after it wakes it.
-func (s *rxStream) readableFn(fd uintptr) bool {
-	for {
-		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.peek[0])), 1,
-			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		return true // data, end of stream or an error: the reader finds out
+// waitReadable is the reader goroutine's sleep between frames (rxMu not
+// held): it arms the socket in the context's epoll set and waits until the
+// sleeper sees data there, a waiting goroutine hands a frame over, or the
+// queue pair fails. Arming reports data already there, so none is missed;
+// a wake-up with nothing to read (the data went to a polling goroutine)
+// costs one empty drain.
+func (s *rxStream) waitReadable() error {
+	q := s.q
+	q.fdMu.RLock()
+	if q.fdClosed {
+		q.fdMu.RUnlock()
+		return net.ErrClosed
 	}
+	err := q.ctx.prog.sl.arm(s)
+	q.fdMu.RUnlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-s.wake:
+	case <-s.kick:
+	case <-q.done:
+		return net.ErrClosed
+	}
+	return nil
 }
 
-// waitReadable sleeps in the network poller until the socket has data,
-// unless it has some already.
-func (s *rxStream) waitReadable() error {
-	return s.rc.Read(s.ready)
+// pollFD waits in poll(2) until the socket is ready for events (POLLIN,
+// POLLOUT) or has failed, or deadline (zero: none) has passed
+// (os.ErrDeadlineExceeded). It holds the descriptor's read lock while it
+// waits: fail shuts the socket down first, which ends the wait.
+func (q *qp) pollFD(events int16, deadline time.Time) error {
+	for {
+		ms := -1
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+			ms = int((d + time.Millisecond - 1) / time.Millisecond)
+		}
+		q.fdMu.RLock()
+		if q.fdClosed {
+			q.fdMu.RUnlock()
+			return net.ErrClosed
+		}
+		fds := [1]unix.PollFd{{Fd: int32(q.rx.fd), Events: events}}
+		n, err := unix.Poll(fds[:], ms)
+		q.fdMu.RUnlock()
+		switch {
+		case err == unix.EINTR || (err == nil && n == 0):
+			continue // the deadline is checked above
+		case err != nil:
+			return err
+		}
+		return nil // ready, hung up or failed: the next read or write finds out
+	}
 }
 
 // buffered is how many received bytes wait in the buffer.
@@ -205,32 +257,21 @@ func (s *rxStream) await(empty *int) error {
 		return nil
 	}
 	*empty = 0
+	var deadline time.Time
 	if t := s.q.ctx.timeout; t > 0 {
-		s.conn.SetReadDeadline(time.Now().Add(t))
-		s.dl = true
-	} else {
-		s.clearDeadline() // handOver's
+		deadline = time.Now().Add(t)
 	}
-	return s.waitReadable()
+	return s.q.pollFD(unix.POLLIN|unix.POLLRDHUP, deadline)
 }
 
-// handOver wakes the reader goroutine (with a deadline in the past) to
-// take the frame a waiting goroutine found incomplete and left: the reader
-// runs it as soon as it is whole, and notices a peer that stopped sending
-// it. rxMu held.
+// handOver wakes the reader goroutine to take the frame a waiting
+// goroutine found incomplete and left: the reader runs it as soon as it is
+// whole, and notices a peer that stopped sending it. rxMu held (by the
+// waiting goroutine).
 func (s *rxStream) handOver() {
-	if !s.dl {
-		s.conn.SetReadDeadline(time.Unix(1, 0))
-		s.dl = true
-	}
-}
-
-// clearDeadline removes the read deadline a frame set, before the reader
-// goroutine sleeps between frames; rxMu held.
-func (s *rxStream) clearDeadline() {
-	if s.dl {
-		s.conn.SetReadDeadline(time.Time{})
-		s.dl = false
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 

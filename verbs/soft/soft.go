@@ -119,6 +119,10 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 		corkDelay: corkDelay,
 	}
 	c.prog.spinFor, c.prog.shareCores = spinOf(cfg), cfg.ShareCores
+	if err := c.prog.startSleeper(); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	c.nextQPN.Store(binary.LittleEndian.Uint32(b[:]) & 0x7fff00)
@@ -190,6 +194,7 @@ func (c *device) Close() error {
 		q.Close()
 	}
 	c.wg.Wait()
+	c.prog.stopSleeper()
 	return err
 }
 

@@ -3,10 +3,14 @@ package soft
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -17,10 +21,9 @@ import (
 // writer for ever: a poster would hold its queue pair's locks, the writer
 // goroutine would hold the regions of the read responses it sends, and
 // deregistering them would wait too. Every write is therefore bounded by
-// the context's timeout. Setting a deadline costs a call into the runtime's
-// timers, so a write first goes out with one non-blocking writev, which is
-// all it takes while the socket has room; only the rest of a write that
-// would block is written with a deadline.
+// the context's timeout without progress. A write first goes out with one
+// non-blocking writev, which is all it takes while the socket has room;
+// only the rest of a write that would block waits for room, in poll(2).
 
 // writeLocked writes bufs whole to the connection; wrMu held. The entries
 // of bufs may be changed.
@@ -39,9 +42,9 @@ func (q *qp) writeLocked(bufs [][]byte) error {
 		return nil
 	}
 	q.iovN, q.wrN = n, 0
-	err := q.rx.rc.Write(q.writeFn)
+	err := q.writev()
 	clear(q.iov[:n])
-	if err != nil {
+	if err != nil && err != errAgain {
 		return err
 	}
 	if q.wrN == total {
@@ -54,25 +57,69 @@ func (q *qp) writeLocked(bufs [][]byte) error {
 		bufs = bufs[1:]
 	}
 	bufs[0] = bufs[0][left:]
-	return q.writeBlocking(bufs)
+	return q.writeBlocking(bufs, q.ctx.timeout)
 }
 
-// writeBlocking writes bufs, waiting for the peer to take them for at most
-// the context's timeout; wrMu held.
-func (q *qp) writeBlocking(bufs [][]byte) error {
-	if t := q.ctx.timeout; t > 0 {
-		q.conn.SetWriteDeadline(time.Now().Add(t))
-		// The next write starts without a deadline: a non-blocking write
-		// through the raw connection would fail on an expired one.
-		defer q.conn.SetWriteDeadline(time.Time{})
+// writeBlocking writes bufs, waiting for the peer to take them as long as
+// it takes some within bound (0: no bound); wrMu held. The entries of bufs
+// may be changed.
+func (q *qp) writeBlocking(bufs [][]byte, bound time.Duration) error {
+	full := 0 // writes in a row that found no room
+	for {
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+		if len(bufs) == 0 {
+			return nil
+		}
+		n := 0
+		for _, b := range bufs {
+			if n == len(q.iov) {
+				break
+			}
+			if len(b) > 0 {
+				q.iov[n] = syscall.Iovec{Base: &b[0]}
+				q.iov[n].SetLen(len(b))
+				n++
+			}
+		}
+		q.iovN, q.wrN = n, 0
+		err := q.writev()
+		clear(q.iov[:n])
+		if err == errAgain {
+			// Room usually comes within a few yields (the peer is
+			// reading); sleeping in poll(2) costs a hand-off of this
+			// thread's processor.
+			if full++; full < midFrameSpin {
+				runtime.Gosched()
+				continue
+			}
+			full = 0
+			var deadline time.Time
+			if bound > 0 {
+				deadline = time.Now().Add(bound)
+			}
+			if err := q.pollFD(unix.POLLOUT, deadline); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					return q.stallErr("took no data")
+				}
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		full = 0
+		for left := q.wrN; left > 0; {
+			k := min(left, len(bufs[0]))
+			bufs[0] = bufs[0][k:]
+			left -= k
+			if len(bufs[0]) == 0 {
+				bufs = bufs[1:]
+			}
+		}
 	}
-	q.wnb = bufs
-	_, err := q.wnb.WriteTo(q.conn)
-	q.wnb = nil
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return q.stallErr("took no data")
-	}
-	return err
 }
 
 // peer names the other end of the connection in errors.
@@ -108,18 +155,26 @@ func (q *qp) lost(err error) error {
 	return fmt.Errorf("%w: connection to %s lost (its process ended without closing, or the network failed): %w", verbs.ErrTransport, q.peer(), err)
 }
 
-// writevOnce is writeNow's function for rc.Write: one writev(2) that never
-// waits (it returns true whatever happened, and records what was written),
-// made without telling the scheduler, as rawRead is.
-func (q *qp) writevOnce(fd uintptr) bool {
+// writev is one writev(2) of q.iov[:q.iovN] that never waits, made
+// without telling the scheduler, as rawRead is; it records in q.wrN what
+// was written, and returns errAgain if the socket had no room. wrMu held.
+func (q *qp) writev() error {
+	q.fdMu.RLock()
+	defer q.fdMu.RUnlock()
+	if q.fdClosed {
+		return net.ErrClosed
+	}
 	for {
-		k, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&q.iov[0])), uintptr(q.iovN))
-		if e == syscall.EINTR {
-			continue
-		}
-		if e == 0 {
+		k, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(q.rx.fd), uintptr(unsafe.Pointer(&q.iov[0])), uintptr(q.iovN))
+		switch e {
+		case 0:
 			q.wrN = int(k)
+			return nil
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return errAgain
 		}
-		return true
+		return e
 	}
 }
