@@ -10,9 +10,11 @@ import (
 
 // stopReading makes this process a peer that stops reading while staying
 // alive: every TCP socket it has (the fabric's connections and listener) is
-// taken out of the Go runtime's epoll set, so the goroutines that read them
-// (the soft provider's reader goroutines, the "NIC") are never woken again,
-// and nothing else reads them once the caller stops calling the library.
+// taken out of every epoll set of the process (the Go runtime's, and the
+// soft provider's own, where its connections are), so the goroutines that
+// read them (the soft provider's reader goroutines, the "NIC") are never
+// woken again, and nothing else reads them once the caller stops calling
+// the library.
 // The kernel goes on accepting the peers' bytes until the socket buffers
 // are full, then the peers' writes block: the network sees a stalled host.
 // The process must run with RMAGO_SOFT_SPIN=0 (no goroutine polls the

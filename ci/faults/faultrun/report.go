@@ -142,8 +142,8 @@ func summary(s *settings, ts []*tally, wall time.Duration) string {
 		s.bound(), s.slack, s.bound(), s.exitBound())
 	b.WriteString("Faults (ci/faults/faults.go): **kill9** SIGKILL of one rank; **stop** SIGSTOP, never continued; " +
 		"**stopcont** SIGSTOP, SIGCONT after the survivors' bound, RMAGO_TIMEOUT + " + s.slack.String() + " (the resumed rank must end too); **close** the rank calls " +
-		"World.Close in the middle of the job; **stopread** the rank stops reading its sockets (taken out of the Go " +
-		"netpoller) and stops calling the library while alive, and its peers put " + bytesStr(int64(s.burst)*int64(s.stopReadWords)*8) + " per epoch to it, so that " +
+		"World.Close in the middle of the job; **stopread** the rank stops reading its sockets (taken out of every epoll " +
+		"set of the process: Go's poller and the soft provider's own) and stops calling the library while alive, and its peers put " + bytesStr(int64(s.burst)*int64(s.stopReadWords)*8) + " per epoch to it, so that " +
 		"their writes fill the socket buffers; **pause** SIGSTOP for RMAGO_TIMEOUT/3, then SIGCONT (no error allowed); " +
 		"**boot-silent**, **boot-garbage** three connections to the rendezvous port, silent or sending random bytes, " +
 		"opened before the other ranks start. Modes: **fence**, **pscw** (every rank posts to and starts every other), " +
