@@ -193,6 +193,48 @@ func (s *rxStream) waitReadable() error {
 	return nil
 }
 
+// runReady is the sleeper's turn at a stream its socket's event named: it
+// runs the frames that have arrived whole, as a waiting goroutine would,
+// and arms the socket again, saving the hop to the reader goroutine. A
+// frame that has only begun to arrive, or a stream another goroutine is
+// reading, is left to the reader, woken for it: the sleeper never waits
+// for one peer's data. It reports how many frames ran.
+func (s *rxStream) runReady() int {
+	q := s.q
+	if !q.rxMu.TryLock() {
+		s.wakeReader()
+		return 0
+	}
+	n, ok := q.drain(true)
+	whole := ok && !q.cur.active && s.buffered() == 0
+	if whole && q.ctx.prog.sl.oneShot {
+		q.fdMu.RLock()
+		whole = !q.fdClosed && q.ctx.prog.sl.arm(s) == nil
+		q.fdMu.RUnlock()
+	}
+	q.rxMu.Unlock()
+	if !whole {
+		s.wakeReader()
+	}
+	return n
+}
+
+// wakeReader hands the stream to the reader goroutine, asleep in
+// waitReadable, which arms the socket again when it is done with it.
+func (s *rxStream) wakeReader() {
+	if sl := &s.q.ctx.prog.sl; !sl.oneShot {
+		s.q.fdMu.RLock()
+		if !s.q.fdClosed {
+			sl.disarm(s)
+		}
+		s.q.fdMu.RUnlock()
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // pollFD waits in poll(2) until the socket is ready for events (POLLIN,
 // POLLOUT) or has failed, or deadline (zero: none) has passed
 // (os.ErrDeadlineExceeded). It holds the descriptor's read lock while it

@@ -1,12 +1,12 @@
 package soft
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,8 +49,10 @@ type sleeper struct {
 	streams map[int32]*rxStream
 	evs     [64]unix.EpollEvent // collect's; the sleeper goroutine's
 	collect func(uintptr) bool  // collectFn, bound once
+	ran     int                 // frames collect ran; the sleeper goroutine's
 
-	nudge chan struct{} // a poller stopped: sleep now (cap 1)
+	oneShot bool          // polling is on: arm one event at a time (arm)
+	nudge   chan struct{} // a poller stopped: sleep now (cap 1)
 	done  chan struct{} // closed when the sleeper goroutine has ended
 }
 
@@ -73,6 +75,7 @@ func (g *progress) startSleeper() error {
 		return fmt.Errorf("soft: epoll set: %w", err)
 	}
 	s.streams = map[int32]*rxStream{}
+	s.oneShot = g.spinFor > 0
 	s.collect = s.collectFn
 	s.nudge, s.done = make(chan struct{}, 1), make(chan struct{})
 	go g.sleep()
@@ -119,11 +122,25 @@ func (s *sleeper) remove(r *rxStream) {
 	unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, r.fd, nil)
 }
 
-// arm asks for one wake-up of r's reader when its socket has data (or
-// has it already: re-arming reports what is there); the descriptor's
-// read lock held.
+// arm watches r's socket for data again (or reports what is there
+// already); the descriptor's read lock held. With polling on it is one
+// event (EPOLLONESHOT: the socket is quiet again until the next arm); with
+// polling off nothing polls between the sleeper's collections, so the
+// socket stays watched (level-triggered) until disarm, and the sleeper
+// arms nothing after each collection.
 func (s *sleeper) arm(r *rxStream) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(r.fd)}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(r.fd)}
+	if s.oneShot {
+		ev.Events |= unix.EPOLLONESHOT
+	}
+	return unix.EpollCtl(s.epfd, unix.EPOLL_CTL_MOD, r.fd, &ev)
+}
+
+// disarm stops watching r's socket while its reader goroutine owns the
+// stream (a level-triggered socket would report the same data until the
+// reader has read it); the descriptor's read lock held.
+func (s *sleeper) disarm(r *rxStream) error {
+	ev := unix.EpollEvent{Fd: int32(r.fd)}
 	return unix.EpollCtl(s.epfd, unix.EPOLL_CTL_MOD, r.fd, &ev)
 }
 
@@ -144,29 +161,33 @@ func (g *progress) sleep() {
 			}
 			continue
 		}
+		s.ran = 0
 		if err := s.rc.Read(s.collect); err != nil {
 			return // the set was closed
+		}
+		if s.ran > 0 {
+			g.spinReader() // more may follow: poll while it comes
 		}
 	}
 }
 
 // collectFn is the sleeper's function for the set's rc.Read: it takes the
-// events there are without waiting and wakes their readers. It declines
-// (the sleeper then waits in Go's poller) only if there are none.
+// events there are without waiting and runs what arrived (runReady). It
+// declines (the sleeper then waits in Go's poller) only if there are none.
 func (s *sleeper) collectFn(fd uintptr) bool {
-	n, err := unix.EpollWait(int(fd), s.evs[:], 0)
-	if err != nil {
-		return !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN)
+	// A wait that never blocks: made without telling the scheduler, as
+	// rawRead is.
+	r0, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&s.evs[0])), uintptr(len(s.evs)), 0, 0, 0)
+	if e != 0 {
+		return e != syscall.EINTR && e != syscall.EAGAIN
 	}
+	n := int(r0)
 	for _, ev := range s.evs[:n] {
 		s.mu.Lock()
 		r := s.streams[ev.Fd]
 		s.mu.Unlock()
 		if r != nil {
-			select {
-			case r.wake <- struct{}{}:
-			default:
-			}
+			s.ran += r.runReady()
 		}
 	}
 	return n > 0
