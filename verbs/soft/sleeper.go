@@ -53,7 +53,7 @@ type sleeper struct {
 
 	oneShot bool          // polling is on: arm one event at a time (arm)
 	nudge   chan struct{} // a poller stopped: sleep now (cap 1)
-	done  chan struct{} // closed when the sleeper goroutine has ended
+	done    chan struct{} // closed when the sleeper goroutine has ended
 }
 
 // startSleeper makes the context's epoll set and starts its sleeper.
