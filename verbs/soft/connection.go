@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rmago/rmago/internal/auth"
 	"github.com/rmago/rmago/verbs"
 )
@@ -85,12 +83,7 @@ func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 		q.mu.Unlock()
 		return fmt.Errorf("soft: %w", err)
 	}
-	rx, err := newRxStream(q, fd)
-	if err != nil {
-		q.mu.Unlock()
-		unix.Close(fd)
-		return fmt.Errorf("soft: %w", err)
-	}
+	rx := newRxStream(q, fd)
 	q.rx = rx
 	q.respCh = make(chan response, peerDepth+q.maxRecv+16)
 	q.state = stRTS
@@ -103,6 +96,14 @@ func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 		q.corkTimer.Stop()
 	}
 	q.sendMu.Unlock()
+	// Into the epoll set last: the sleeper may run the stream's frames as
+	// soon as it is there (even at once, for an event of a closed socket
+	// whose descriptor number this one reuses).
+	if err := q.ctx.prog.sl.add(rx); err != nil {
+		err = fmt.Errorf("soft: %w", err)
+		q.fail(verbs.StatusTransport, err)
+		return err
+	}
 	q.finished.Add(2)
 	go q.serve()
 	go q.writeResponses()

@@ -100,14 +100,10 @@ type rxStream struct {
 	idleSince time.Time
 }
 
-// newRxStream makes the receive side of the socket fd and puts it in the
-// context's epoll set.
-func newRxStream(q *qp, fd int) (*rxStream, error) {
-	s := &rxStream{q: q, fd: fd, buf: make([]byte, 64<<10), wake: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
-	if err := q.ctx.prog.sl.add(s); err != nil {
-		return nil, err
-	}
-	return s, nil
+// newRxStream makes the receive side of the socket fd. attach puts it in
+// the context's epoll set once the queue pair is ready to run frames.
+func newRxStream(q *qp, fd int) *rxStream {
+	return &rxStream{q: q, fd: fd, buf: make([]byte, 64<<10), wake: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 // detachFD takes the socket of an authenticated connection out of Go's
