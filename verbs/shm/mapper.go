@@ -2,7 +2,11 @@ package shm
 
 import (
 	"fmt"
+	"strconv"
+	"syscall"
 	"unsafe"
+
+	"github.com/rmago/rmago/internal/memfd"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -59,4 +63,39 @@ func (q *qp) Unmap(rkey uint32) {
 			*m = rmap{}
 		}
 	}
+}
+
+// mapFromProc maps the region of entry e without asking its owner, when
+// the owner published the descriptor of the memfd that holds the region
+// from its start (the tag's fd): it opens the owner's descriptor through
+// /proc/PID/fd, which the kernel allows a process of the same user (the
+// peer's user and pid are the kernel's, SO_PEERCRED). A request to the
+// owner needs its responder to run, which on a node with more ranks than
+// cores waits for a core; window creation maps every node-local peer's
+// control words. The descriptor cannot change meanwhile: the caller is
+// counted in on e, so the owner's Dereg, which closes it, waits. It
+// returns nil (the caller then asks the owner) if anything is amiss; the
+// first refusal of /proc turns the shortcut off for the context.
+func (q *qp) mapFromProc(fd int, e *entry) *memfd.Mapping {
+	if fd <= 0 || q.peerPid <= 0 || q.ctx.noProcFD.Load() {
+		return nil
+	}
+	n := e.len.Load()
+	f, err := syscall.Open("/proc/"+strconv.Itoa(q.peerPid)+"/fd/"+strconv.Itoa(fd), syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if q.ctx.noProcFD.CompareAndSwap(false, true) {
+			q.ctx.logOnce(fmt.Sprintf("shm: opening a region's memfd of pid %d through /proc: %v; asking its owner instead", q.peerPid, err))
+		}
+		return nil
+	}
+	defer syscall.Close(f)
+	var st syscall.Stat_t
+	if syscall.Fstat(f, &st) != nil || st.Size < int64(n) {
+		return nil
+	}
+	mp, err := memfd.Map(f, 0, int(n))
+	if err != nil {
+		return nil
+	}
+	return mp
 }

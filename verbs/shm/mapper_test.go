@@ -59,3 +59,51 @@ func TestMapRemote(t *testing.T) {
 		t.Fatalf("MapRemote past the region: %v, want ErrRemoteAccess", err)
 	}
 }
+
+// A peer's memfd region is mapped through /proc without asking its owner
+// (the tag carries the owner's descriptor): the mapping is the owner's
+// memory. With the shortcut off (as after a refusal of /proc), mapping
+// asks the owner and gets the same memory.
+func TestMapFromProc(t *testing.T) {
+	a, b := connected(t, 1<<16)
+	q := a.qp.(*qp)
+	key, addr := b.mr.RKey(), b.mr.(*region).addr
+	e, ok := q.peerTab.check(key, addr, 0, 0)
+	if !ok {
+		t.Fatal("the region's entry refused the check")
+	}
+	tag := e.tag.Load()
+	fd := int(tag >> 16 & 0xffff)
+	mp := q.mapFromProc(fd, e)
+	e.done()
+	if fd == 0 || mp == nil {
+		t.Fatalf("no mapping through /proc (descriptor %d in the tag %#x)", fd, tag)
+	}
+	defer mp.Unmap()
+	m := unsafe.Slice((*byte)(mp.Base()), 1<<16)
+	m[100], m[1<<16-1] = 7, 9
+	if b.buf[100] != 7 || b.buf[1<<16-1] != 9 {
+		t.Fatal("stores through the /proc mapping are not in the owner's region")
+	}
+
+	q.ctx.noProcFD.Store(true)
+	mapper := a.qp.(verbs.Mapper)
+	got, err := mapper.MapRemote(key, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got[200] = 5
+	if b.buf[200] != 5 {
+		t.Fatal("stores through the owner's mapping are not in its region")
+	}
+	mapper.Unmap(key)
+
+	// A descriptor that is not the region's memfd (too small: a socket, say) is no mapping.
+	q.ctx.noProcFD.Store(false)
+	e, _ = q.peerTab.check(key, addr, 0, 0)
+	if mp := q.mapFromProc(3, e); mp != nil {
+		mp.Unmap()
+		t.Error("descriptor 3 was taken for the region's memfd")
+	}
+	e.done()
+}

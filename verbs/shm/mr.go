@@ -16,7 +16,9 @@ import (
 // every connected peer maps. A key's low 16 bits are its index, its high
 // 16 bits random, so a stale or guessed key misses.
 //
-//	word 0: tag = key<<32 | access<<8 | flags (live 1, memfd-backed 2)
+//	word 0: tag = key<<32 | fd<<16 | access<<8 | flags (live 1,
+//	        memfd-backed 2); fd, when not 0, is the owner's descriptor of
+//	        the memfd holding the region from its start (mapFromProc)
 //	word 1: the region's first address, in the owner's address space
 //	word 2: its length
 //	word 3: accesses in flight (origins add 1 before they check the tag
@@ -115,6 +117,9 @@ func (c *device) addRegion(r *region) error {
 		flags := uint64(flagLive)
 		if r.fd >= 0 {
 			flags |= flagMemfd
+			if r.off == 0 && r.fd < 1<<16 {
+				flags |= uint64(r.fd) << 16
+			}
 		}
 		e.tag.Store(uint64(key)<<32 | uint64(r.access)<<8 | flags)
 	})

@@ -479,8 +479,13 @@ func (q *qp) reach(key uint32, e *entry) (*rmap, verbs.Status) {
 		m.reach, m.base = reachDirect, r.base
 		return m, verbs.StatusSuccess
 	}
-	if e.tag.Load()&flagMemfd == 0 {
+	tag := e.tag.Load()
+	if tag&flagMemfd == 0 {
 		m.reach = q.ctx.notShared
+		return m, verbs.StatusSuccess
+	}
+	if mp := q.mapFromProc(int(tag>>16&0xffff), e); mp != nil {
+		m.reach, m.mp, m.base = reachDirect, mp, mp.Base()
 		return m, verbs.StatusSuccess
 	}
 	// Ask the owner for the region's memfd and map it.

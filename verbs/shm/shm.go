@@ -178,7 +178,10 @@ type device struct {
 	// notShared is how memory outside any memfd is reached: reachVM, or
 	// reachSock with verbs.Config.ShmNoCMA.
 	notShared uint8
-	spin      time.Duration // CQ.Wait's polling before it sleeps (verbs.Config.ShmSpin)
+	// noProcFD: opening peers' memfds through /proc was refused once
+	// (mapFromProc); regions are mapped by asking their owners.
+	noProcFD atomic.Bool
+	spin     time.Duration // CQ.Wait's polling before it sleeps (verbs.Config.ShmSpin)
 	// shareCores: CQ.Wait's spin yields the core to other processes
 	// (verbs.Config.ShareCores).
 	shareCores bool
