@@ -110,19 +110,11 @@ mpilaunch() {
 	esac
 }
 
-# rmabind SYSTEM N: rmarun's binding for N ranks of an rmago system. shm
-# binds a core per rank as Open MPI does at 2 ranks; soft stays unbound,
-# as rmarun leaves it by default (bound, a rank's responder waits for Go's
-# preemption while the rank computes: docs/launch.md, binding).
-rmabind() {
-	if [ "$1" = rmago-shm ] && [ "$2" -le 2 ]; then echo "-bind-to core"; else echo "-bind-to none"; fi
-}
-
 # cmdline SYSTEM N BENCH MODE MIN MAX ITERS JSON: the command line for one run.
 cmdline() {
 	local sys=$1 n=$2 bench=$3 mode=$4 lo=$5 hi=$6 iters=$7 json=$8
 	case $sys in
-	rmago-*) echo "bin/rmarun -n $n $(rmabind "$sys" "$n") -provider ${sys#rmago-} -quiet-prefix bin/pingpong $bench -mode $mode -min $lo -max $hi -reps $REPS -warmup 1 -iters $iters -no-progress -label '$(label "$sys")' -json $json" ;;
+	rmago-*) echo "bin/rmarun -n $n -provider ${sys#rmago-} -quiet-prefix bin/pingpong $bench -mode $mode -min $lo -max $hi -reps $REPS -warmup 1 -iters $iters -no-progress -label '$(label "$sys")' -json $json" ;;
 	*) echo "$(mpilaunch "$sys" "$n" pp) $bench $mode $lo $hi $REPS 1 $iters" ;;
 	esac
 }
@@ -193,7 +185,7 @@ for sys in $SYSTEMS; do case $sys in rmago-*) OSU_SYS="$OSU_SYS $sys" ;; esac; d
 [ -z "$OSU_SYS" ] && OSU_SPECS=""
 [ -n "$OSU_SPECS" ] && say "OSU-style suite, rmago on$OSU_SYS (MPI's OSU 7.4 figures: docs/baselines.md)" && quiet "OSU-style suite"
 for sys in $OSU_SYS; do
-	OSU="bin/rmarun -n 2 $(rmabind "$sys" 2) -provider ${sys#rmago-} -quiet-prefix bin/pingpong osu -no-progress -label '$(label "$sys")'"
+	OSU="bin/rmarun -n 2 -provider ${sys#rmago-} -quiet-prefix bin/pingpong osu -no-progress -label '$(label "$sys")'"
 	for spec in $OSU_SPECS; do
 		set -- ${spec/:/ }
 		j=$RAW/osu.$sys.$1
