@@ -33,9 +33,10 @@
 //	                    (the default), core (all hardware threads of a core)
 //	                    or hwthread. A bound rank's Go runtime sizes itself
 //	                    by its unit (GOMAXPROCS 1 on a core of one thread):
-//	                    right for shm, where nothing but the rank's own calls
-//	                    need a thread; soft's responder then waits for the
-//	                    rank's calls (docs/launch.md, binding)
+//	                    steady loops on shm gain a little, a rank waking
+//	                    from a sleep waits longer, and soft's responder
+//	                    waits for the rank's own work (docs/launch.md,
+//	                    binding)
 //	-provider P         set RMAGO_PROVIDER to P (soft, ibv, shm or auto)
 //	-addr IP            the address ranks on this host listen on
 //	                    (default 127.0.0.1 for a job on this host only)
