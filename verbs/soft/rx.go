@@ -92,9 +92,13 @@ type rxStream struct {
 	fd   int // the socket, outside Go's network poller (sleeper.go); guarded by qp.fdMu
 	buf  []byte
 	r, w int
-	got  uint64        // bytes read so far
-	wake chan struct{} // the sleeper saw data (cap 1)
-	kick chan struct{} // handOver (cap 1)
+	got  uint64 // bytes read so far
+	// emptied: the last read took less than it asked for, so the socket
+	// held nothing more at that moment (drain then stops without one more
+	// read, see there).
+	emptied bool
+	wake    chan struct{} // the sleeper saw data (cap 1)
+	kick    chan struct{} // handOver (cap 1)
 	// idle's record: the stream stood still at idleGot bytes since idleSince.
 	idleGot   uint64
 	idleSince time.Time
@@ -275,6 +279,7 @@ func (s *rxStream) fill() error {
 		s.r = 0
 	}
 	n, err := s.sysRead(s.buf[s.w:])
+	s.emptied = n < len(s.buf)-s.w
 	s.w += n
 	return err
 }
@@ -457,6 +462,16 @@ func (q *qp) drain(waiter bool) (int, bool) {
 				return n, true
 			}
 			continue
+		}
+		if n > 0 && q.rx.emptied && q.rx.buffered() == 0 {
+			// The frames of the last read ran and the socket had nothing
+			// more: answer them now rather than after one more read (a
+			// system call that finds nothing, most of the time, on the
+			// way of every round trip). What arrived since is still
+			// there for the next poll; the socket stays readable, so
+			// neither the level-triggered nor the re-armed one-shot
+			// epoll entry misses it.
+			return n, true
 		}
 		more, err := q.rx.frameWaiting()
 		if err != nil {
