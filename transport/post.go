@@ -45,6 +45,13 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 		}
 	}
 	if seq-p.lastSignaled >= signalGap {
+		if wr.Flags&verbs.Signaled == 0 && wr.Op == verbs.OpWrite {
+			// Signalled only so that the queue drains: nobody waits for
+			// it now, so it may wait in the provider's cork with the
+			// writes around it (an 8-byte put stream otherwise sent one
+			// request in signalGap on its own, with its own answer).
+			wr.Flags |= verbs.Coalesce
+		}
 		wr.Flags |= verbs.Signaled
 	}
 	if wr.Flags&verbs.Signaled != 0 {

@@ -570,13 +570,15 @@ const (
 	// Fence waits for earlier reads and atomics on the queue pair to
 	// complete before this request starts.
 	Fence
-	// Coalesce lets the provider hold an unsignalled zero-length write
-	// with immediate data (a notification) briefly, to send it with the
-	// requests that follow: the soft provider keeps it in its cork until
-	// a request it sends at once, a poll of or a wait on a completion
-	// queue of the context, or its cork delay (200 µs). Others send it at
-	// once. For notifications whose sender goes on to post more, such as
-	// PSCW's complete followed by the next post.
+	// Coalesce lets the provider hold a request briefly, to send it with
+	// the requests that follow: a zero-length write with immediate data
+	// (a notification), or a signalled write that nobody waits for yet
+	// (transport signals one in so many so that the send queue drains).
+	// The soft provider keeps it in its cork until a request it sends at
+	// once, a poll of or a wait on a completion queue of the context, or
+	// its cork delay (200 µs). Others send it at once. For notifications
+	// whose sender goes on to post more, such as PSCW's complete followed
+	// by the next post.
 	Coalesce
 )
 

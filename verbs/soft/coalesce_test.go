@@ -532,3 +532,46 @@ func TestMergedWriteRefused(t *testing.T) {
 		t.Fatalf("target %q: the merged write landed in part", got)
 	}
 }
+
+// TestSignalledWriteCoalesced: a write signalled with verbs.Coalesce (the
+// transport's one-in-so-many signal, which nobody waits for yet) stays in
+// the cork and merges into the write before it; the frames after it start
+// anew. Its completion comes once something sends the cork (here, a poll
+// of the completion queue), and implies the writes before it; the one
+// after it completes with the next signalled request.
+func TestSignalledWriteCoalesced(t *testing.T) {
+	a, b := corkedPair(t, 4096)
+	for i := range 64 {
+		a.buf[i] = byte(i + 1)
+	}
+	post, last := idPoster(t, a, b)
+	write := func(off int, flags verbs.SendFlags) {
+		post(verbs.SendWR{Op: verbs.OpWrite, Flags: flags, SGL: a.sge(off, 8), RemoteAddr: b.mr.Addr() + uint64(off)})
+	}
+	write(0, 0)
+	write(8, verbs.Signaled|verbs.Coalesce)
+	signalled := last()
+	if got, want := corked(a), hdrLen+16; got != want {
+		t.Fatalf("cork holds %d bytes after a write and a signalled coalesced one, want %d (one frame)", got, want)
+	}
+	write(16, 0)
+	if got, want := corked(a), 2*hdrLen+24; got != want {
+		t.Fatalf("cork holds %d bytes after a write behind the signalled one, want %d (a new frame)", got, want)
+	}
+	wcs := make([]verbs.WC, 4)
+	n, _ := a.sendCQ.Poll(wcs) // sends the cork (and may find the answer already)
+	wc := wcs[0]
+	if n == 0 {
+		wc = waitOne(t, a.sendCQ)
+	}
+	if wc.ID != signalled || wc.Status != verbs.StatusSuccess || n > 1 {
+		t.Fatalf("completion %+v, want request %d", wc, signalled)
+	}
+	write(24, verbs.Signaled) // sent at once, with nothing in the cork
+	if wc := waitOne(t, a.sendCQ); wc.ID != last() || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, last())
+	}
+	if !bytes.Equal(b.buf[:32], a.buf[:32]) {
+		t.Fatalf("target holds %v, want %v", b.buf[:32], a.buf[:32])
+	}
+}

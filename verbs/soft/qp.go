@@ -73,6 +73,7 @@ type qp struct {
 	corkLast  int         // offset of the cork's last frame (mergeWrite), valid while corkLen > 0
 	corked    atomic.Bool // corkLen > 0 (read by pollers without sendMu)
 	corkTimer *time.Timer // sends the cork corkDelay after its first frame
+	corkArmed bool        // corkTimer is set (sendMu)
 
 	// mu guards the state, the pending ring and the receive ring; cond
 	// wakes posters waiting for earlier reads (the Fence flag).
