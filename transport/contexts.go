@@ -91,9 +91,8 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 	if err != nil {
 		return err
 	}
-	ranks, cpus := launch.CPUShare(topo.NodeSize())
-	f.shareCores = ranks > cpus
-	cfg := providerConfig(b, s, f.timeout, ranks, cpus)
+	f.shareCores = launch.CoresShared(topo.NodeSize())
+	cfg := providerConfig(b, s, f.timeout, f.shareCores)
 	f.via = make([]uint8, f.size)
 	if s.Provider != "" && s.Provider != "auto" {
 		ch, err := selectProvider(s.Provider, s.Device, cfg)

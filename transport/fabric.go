@@ -427,17 +427,23 @@ func (f *Fabric) Disconnect() {
 		peers = append(peers, f.peers[r].Load())
 	}
 	f.connMu.Unlock()
+	// All at once: a queue pair's Close says goodbye and then waits (up to
+	// a second, on soft) for the peer's end of stream. One after the other,
+	// a peer slow to answer (its ranks crowding the cores) held back every
+	// later peer's goodbye: survivors of a rank's early Close learnt of it
+	// a second late.
+	var wg sync.WaitGroup
 	for _, p := range peers {
 		if p == nil {
 			continue
 		}
-		if p.qp != nil {
-			p.qp.Close()
-		}
-		if p.selfRx != nil {
-			p.selfRx.Close()
+		for _, q := range []verbs.QP{p.qp, p.selfRx} {
+			if q != nil {
+				wg.Go(func() { q.Close() })
+			}
 		}
 	}
+	wg.Wait()
 }
 
 // Close tears the fabric down. It is not collective; call LeaveBarrier

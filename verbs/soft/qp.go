@@ -221,6 +221,7 @@ func (q *qp) Close() error {
 		q.wrMu.Lock()
 		q.writeBlocking([][]byte{q.hdr[:]}, time.Second)
 		q.wrMu.Unlock()
+		loop := q.loop
 		q.sendMu.Unlock()
 		q.fdMu.RLock()
 		if !q.fdClosed {
@@ -229,10 +230,7 @@ func (q *qp) Close() error {
 		q.fdMu.RUnlock()
 		// The peer answers with its own end of stream; wait for it
 		// briefly so that closing does not reset data still in flight.
-		select {
-		case <-q.done:
-		case <-time.After(time.Second):
-		}
+		q.awaitEnd(loop, time.Second)
 	}
 	q.fail(verbs.StatusFlushed, verbs.ErrClosed)
 	q.sendMu.Lock()
@@ -246,6 +244,37 @@ func (q *qp) Close() error {
 	delete(q.ctx.qps, q.num)
 	q.ctx.mu.Unlock()
 	return nil
+}
+
+// awaitEnd waits up to d for the peer's end of stream after this side's
+// goodbye. On a loopback pair (loop, the other end) it reads both ends itself: spinners read
+// their sockets only every loopPassEvery-th pass (progress.go), and a
+// spinner kept busy by other peers' frames, yielding its core on a
+// crowded node between passes, took a second to get there.
+func (q *qp) awaitEnd(loop *qp, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		if loop != nil {
+			loop.poll()
+			q.poll()
+		}
+		select {
+		case <-q.done:
+			return
+		case <-t.C:
+			return
+		default:
+		}
+		if loop == nil {
+			select {
+			case <-q.done:
+			case <-t.C:
+			}
+			return
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // fail moves the queue pair to the error state once and closes the
