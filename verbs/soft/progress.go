@@ -179,21 +179,37 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 			return n, err
 		}
 		if i%8 == 0 {
-			now := time.Now()
-			if ran > 0 {
-				// Frames keep coming: keep serving them.
-				ran = 0
-				q.idle.Store(now.UnixNano())
-				end = now.Add(g.spinFor)
-				if !deadline.IsZero() && deadline.Before(end) {
-					end = deadline
-				}
-			} else if now.After(end) {
+			var stop bool
+			if end, stop = g.spinCheck(q, time.Now(), ran, end, deadline); stop {
 				return 0, nil
 			}
+			ran = 0
 		}
 		g.yield(i)
 	}
+}
+
+// spinCheck is a waiter's look at the clock, every 8 polls: ran frames
+// ran since the last look, and the spin ends at end. It stops at the
+// deadline whether or not frames came: a peer that keeps sending (the lock
+// traffic of ranks that have not yet seen this one leave) must not hold a
+// wait past it (it did: an early Close's barrier, bounded by 3 s, took up
+// to 7 s on a crowded node). Otherwise frames that came push the end of
+// the spin time back, and it stops once that end has passed.
+func (g *progress) spinCheck(q *cq, now time.Time, ran int, end, deadline time.Time) (time.Time, bool) {
+	if !deadline.IsZero() && now.After(deadline) {
+		return end, true
+	}
+	if ran == 0 {
+		return end, now.After(end)
+	}
+	// Frames keep coming: keep serving them.
+	q.idle.Store(now.UnixNano())
+	end = now.Add(g.spinFor)
+	if !deadline.IsZero() && deadline.Before(end) {
+		end = deadline
+	}
+	return end, false
 }
 
 // yield is a spinner's pause between polls i and i+1: it lets this

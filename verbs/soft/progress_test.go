@@ -275,3 +275,37 @@ func TestPartialResponseNotInterleaved(t *testing.T) {
 		}
 	}
 }
+
+// TestSpinCheck: a polling waiter stops at its deadline even when every
+// look found frames (before, frames that kept coming pushed the spin's end
+// back past the deadline, and a 3 s wait under a peer's steady lock traffic
+// took up to 7 s: the fault suite's close faults with polling on); frames
+// push the end back to the spin time, never beyond the deadline; with no
+// frames it stops once the end has passed.
+func TestSpinCheck(t *testing.T) {
+	g := &progress{spinFor: 100 * time.Microsecond}
+	q := &cq{}
+	t0 := time.Unix(1000, 0)
+	us := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Microsecond) }
+	for _, c := range []struct {
+		name          string
+		now           time.Time
+		ran           int
+		end, deadline time.Time
+		wantEnd       time.Time
+		wantStop      bool
+	}{
+		{"frames, past the deadline", us(500), 3, us(550), us(400), us(550), true},
+		{"frames, before the deadline", us(300), 3, us(320), us(400), us(400), false},
+		{"frames, no deadline", us(300), 1, us(320), time.Time{}, us(400), false},
+		{"frames, deadline far", us(300), 1, us(320), us(9000), us(400), false},
+		{"no frames, spin left", us(300), 0, us(320), us(9000), us(320), false},
+		{"no frames, spin over", us(330), 0, us(320), us(9000), us(320), true},
+		{"no frames, past the deadline", us(500), 0, us(9000), us(400), us(9000), true},
+	} {
+		end, stop := g.spinCheck(q, c.now, c.ran, c.end, c.deadline)
+		if stop != c.wantStop || (!stop && !end.Equal(c.wantEnd)) {
+			t.Errorf("%s: end %v stop %v, want end %v stop %v", c.name, end.Sub(t0), stop, c.wantEnd.Sub(t0), c.wantStop)
+		}
+	}
+}
