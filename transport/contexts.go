@@ -91,8 +91,9 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 	if err != nil {
 		return err
 	}
-	f.shareCores = launch.CoresShared(topo.NodeSize())
-	cfg := providerConfig(b, s, f.timeout, f.shareCores)
+	ranks, cpus := launch.CPUShare(topo.NodeSize())
+	f.shareCores = ranks > cpus
+	cfg := providerConfig(b, s, f.timeout, ranks, cpus)
 	f.via = make([]uint8, f.size)
 	if s.Provider != "" && s.Provider != "auto" {
 		ch, err := selectProvider(s.Provider, s.Device, cfg)

@@ -94,11 +94,13 @@ func TestProviderConfig(t *testing.T) {
 		{nil, 2, verbs.Config{Spin: config.DefaultSoftSpin}},
 		{map[string]string{config.EnvSoftSpin: "0", config.EnvIBVSpin: "0", config.EnvNetDev: "eth2", config.EnvShmSpin: "0"}, 1, verbs.Config{Spin: -1, SpinPolls: -1, NetDev: "eth2", ShmSpin: -1}},
 		{map[string]string{config.EnvSoftSpin: "250us", config.EnvIBVSpin: "64", config.EnvShmSpin: "1ms"}, 2, verbs.Config{Spin: 250 * time.Microsecond, SpinPolls: 64, ShmSpin: time.Millisecond}},
-		// Sharing cores: soft does not poll unless RMAGO_SOFT_SPIN asks
-		// for it (even at its default value). (ShmSpin 0: the shm
-		// provider's default.)
-		{nil, 3, verbs.Config{Spin: -1, ShareCores: true}},
+		// Sharing cores: soft polls up to two ranks a CPU, and beyond
+		// that only if RMAGO_SOFT_SPIN asks for it (even at its default
+		// value). (ShmSpin 0: the shm provider's default.)
+		{nil, 3, verbs.Config{Spin: config.DefaultSoftSpin, ShareCores: true}},
+		{nil, 4, verbs.Config{Spin: config.DefaultSoftSpin, ShareCores: true}},
 		{nil, 5, verbs.Config{Spin: -1, ShareCores: true}},
+		{map[string]string{config.EnvSoftSpin: "100us"}, 5, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
 		{map[string]string{config.EnvSoftSpin: "100us"}, 4, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
 		{map[string]string{config.EnvShmSpin: "50us"}, 32, verbs.Config{Spin: -1, ShareCores: true, ShmSpin: 50 * time.Microsecond}},
 		{map[string]string{config.EnvSoftSpin: "100us"}, 32, verbs.Config{Spin: 100 * time.Microsecond, ShareCores: true}},
@@ -108,7 +110,7 @@ func TestProviderConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := providerConfig(b, s, 7*time.Second, c.ranks > 2)
+		got := providerConfig(b, s, 7*time.Second, c.ranks, 2)
 		c.want.Addr, c.want.Secret, c.want.GIDIndex, c.want.Timeout = "127.0.0.1", got.Secret, -1, 7*time.Second
 		if string(got.Secret) != "0123456789abcdef" || got.Addr != c.want.Addr || got.GIDIndex != -1 || got.Timeout != c.want.Timeout ||
 			got.NetDev != c.want.NetDev || got.Spin != c.want.Spin || got.SpinPolls != c.want.SpinPolls || got.ShareCores != c.want.ShareCores || got.ShmSpin != c.want.ShmSpin {

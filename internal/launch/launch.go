@@ -110,10 +110,17 @@ func CoreShare(n int) int {
 // compare their number with runtime.NumCPU (a rank bound by another
 // launcher is taken for a shared one).
 func CoresShared(nodeRanks int) bool {
+	ranks, cpus := CPUShare(nodeRanks)
+	return ranks > cpus
+}
+
+// CPUShare is how many ranks share the CPUs this rank may run on, and
+// how many CPUs those are, as CoresShared counts them.
+func CPUShare(nodeRanks int) (ranks, cpus int) {
 	if v, err := strconv.Atoi(os.Getenv(EnvBound)); err == nil && v > 0 {
-		return v > runtime.NumCPU()
+		return v, runtime.NumCPU()
 	}
-	return nodeRanks > runtime.NumCPU()
+	return nodeRanks, runtime.NumCPU()
 }
 
 // SpinEnv names the soft provider's polling setting (internal/config).
