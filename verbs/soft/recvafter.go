@@ -9,22 +9,22 @@ import "github.com/rmago/rmago/verbs"
 // notification posted after a read (a fence's, or PSCW's complete) would
 // then tell the target its memory is free while the read's data has not
 // left it yet. So a receive completion waits for the read responses
-// executed before it: those collected are sent first (usually straight
-// into the socket), and if some still wait for the writer goroutine, the
-// completion is held until it has written them (pushHeldRecvs). Atomics
-// and fetching accumulates answer with values copied when they run, and
-// need nothing.
+// executed before it: held while some are collected in the batch, it is
+// completed once sendResponses has written them (usually straight into
+// the socket, with the rest of the batch: the acknowledgement of a
+// signalled notification goes in the same write as the read's data,
+// where it used to take a write of its own), or, if some still wait for
+// the writer goroutine, once that has written them (pushHeldRecvs).
+// Atomics and fetching accumulates answer with values copied when they
+// run, and need nothing.
 
 // completeRecv puts a receive completion on the receive CQ once every read
 // response executed before it has left registered memory; rxMu held (or
 // a loopback pair, which reads by copying and queues no response).
 func (q *qp) completeRecv(wc verbs.WC) {
-	if q.batchReads > 0 {
-		q.sendResponses()
-	}
 	release()
 	q.respMu.Lock()
-	if q.readsQueued > 0 || len(q.heldRecvs) > 0 {
+	if q.batchReads > 0 || q.readsQueued > 0 || len(q.heldRecvs) > 0 {
 		if q.heldRecvs == nil {
 			q.heldRecvs = make([]verbs.WC, 0, 8)
 		}

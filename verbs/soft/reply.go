@@ -78,6 +78,11 @@ func (q *qp) sendResponses() {
 			q.readsQueued++
 		}
 	}
+	if q.readsQueued == 0 && len(q.heldRecvs) > 0 {
+		// The batch's read responses are on the wire: the receives held
+		// behind them complete (recvafter.go).
+		q.pushHeldRecvs()
+	}
 	q.respMu.Unlock()
 	for i := range sent {
 		q.resps[i].sent(q)
