@@ -50,7 +50,7 @@ var Vars = []Var{
 	{EnvConnect, Setting, "when pairs of ranks are connected",
 		"lazy (on first use, where the provider can) or eager (all in Init)", "lazy", "transport (Open)"},
 	{EnvSoftSpin, Setting, "how long a waiting soft rank polls after the last message before it sleeps",
-		"a Go duration >= 0 such as 100us; 0: never poll", "100us; 0 on a node with more ranks than cores (given there, a polling rank yields its core to other processes between polls)", "transport (Open) via verbs.Config.Spin"},
+		"a Go duration >= 0 such as 100us; 0: never poll", "100us; 0 on a node with more than two ranks a core (with more ranks than cores a polling rank yields its core to other processes between polls)", "transport (Open) via verbs.Config.Spin"},
 	{EnvShmSpin, Setting, "how long the shm provider's completion wait polls before it sleeps on its futex",
 		"a Go duration >= 0 such as 50us; 0: sleep at once", "1ms (on a node with more ranks than cores, yielding the core to other processes between polls)", "transport (Open) via verbs.Config.ShmSpin"},
 	{EnvShmCMA, Setting, "whether the shm provider reaches node-local memory that is not shared (created windows) with cross-memory attach (process_vm_readv/writev), or through its owner's socket (as when the kernel refuses it)",
