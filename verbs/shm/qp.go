@@ -86,6 +86,10 @@ type qp struct {
 	rhead int
 	rn    int
 	done  chan struct{}
+	// failed closes when fail has finished its work: Close waits for it
+	// before freeing the inbox, which a concurrent fail (a loopback
+	// peer's, from another goroutine) may still be draining.
+	failed chan struct{}
 
 	// Requests to the peer's responder, made by posters (sendMu held): one
 	// at a time. The reader goroutine hands each response over on respCh
@@ -120,7 +124,7 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 	q := &qp{
 		ctx: c, pd: p, sendCQ: scq, recvCQ: rcq, maxSend: attr.MaxSendWR, maxRecv: attr.MaxRecvWR,
 		in: in, connCh: make(chan acceptedConn, 1), ready: make(chan struct{}),
-		recvs: make([]recvEntry, max(attr.MaxRecvWR, 1)), done: make(chan struct{}),
+		recvs: make([]recvEntry, max(attr.MaxRecvWR, 1)), done: make(chan struct{}), failed: make(chan struct{}),
 		respCh: make(chan response, 1),
 	}
 	c.mu.Lock()
@@ -683,6 +687,7 @@ func (q *qp) fail(status verbs.Status, cause error, tell bool) {
 	if loop != nil {
 		loop.fail(verbs.StatusTransport, fmt.Errorf("%w: loopback queue pair %d closed or failed: %v", verbs.ErrPeerClosed, q.num, cause), false)
 	}
+	close(q.failed)
 }
 
 // Close destroys the queue pair: a connected one says goodbye first, so
@@ -701,6 +706,7 @@ func (q *qp) Close() error {
 		q.wrMu.Unlock()
 	}
 	q.fail(verbs.StatusFlushed, verbs.ErrClosed, false)
+	<-q.failed // another goroutine's fail of q may still be running
 	q.serve.Wait()
 	q.recvCQ.detach(q)
 	q.sendMu.Lock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -383,4 +384,39 @@ func TestWake(t *testing.T) {
 	}
 	q.Close()
 	w.Wake()
+}
+
+// Both queue pairs of a loopback pair closed at once (as transport's
+// Disconnect does): each Close fails its partner too, and neither may
+// free its inbox while the other's fail is still draining it.
+func TestLoopbackConcurrentClose(t *testing.T) {
+	s := newSide(t, 1<<12)
+	for i := range 200 {
+		var qps [2]verbs.QP
+		for j := range qps {
+			q, err := s.pd.CreateQP(verbs.QPAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ, MaxSendWR: 8, MaxRecvWR: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			qps[j] = q
+		}
+		for j := range qps {
+			if err := qps[j].Connect(qps[1-j].Endpoint()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := qps[j].PostRecv(&verbs.RecvWR{ID: uint64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, q := range qps {
+			wg.Go(func() { q.Close() })
+		}
+		wg.Wait()
+		for range qps { // each receive flushed, once
+			if wc := waitWC(t, s.recvCQ); wc.ID != uint64(i) || wc.Status != verbs.StatusFlushed {
+				t.Fatalf("round %d: %+v", i, wc)
+			}
+		}
+	}
 }
