@@ -96,7 +96,7 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 		win.puts = true
 		win.putTo[target] = true
 	} else {
-		win.reads[target] = true // reads are flushed at the next synchronization
+		win.reads[target] |= pendingReads // flushed at the next synchronization
 	}
 	if direct != nil {
 		// A node-local peer's mapped window (direct.go): the copy the

@@ -1,6 +1,7 @@
 package rma_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -151,4 +152,71 @@ func TestExclusivePutsNeverInterleave(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestExclusiveAccumulatesNeverInterleave: as TestExclusivePutsNeverInterleave
+// with accumulates: each rank but 0 replaces both halves of rank 0's block
+// with its stamp by two bulk Accumulate(Replace) calls and adds one to a
+// counter word (a lone 8-byte Sum: one remote fetch-and-add, not awaited),
+// then unlocks. On providers that execute atomics in order
+// (AtomicsInOrder: soft, shm), Unlock posts the release behind them
+// without flushing them first; a release that overtook them would let
+// the next holder find a torn block, or lose an increment.
+func TestExclusiveAccumulatesNeverInterleave(t *testing.T) {
+	const rounds, half = 20, 4096
+	const n = 3
+	rmatest.Run(t, n, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 2*half+1)
+		if err != nil {
+			return err
+		}
+		me := int64(w.Rank())
+		stamp, seen := make([]int64, half), make([]int64, 2*half)
+		for round := int64(1); round <= rounds && me != 0; round++ {
+			if err := win.Lock(0, rma.Exclusive, 0); err != nil {
+				return err
+			}
+			if round%3 == 0 {
+				if err := win.Get(seen, 0, 0); err != nil {
+					return err
+				}
+				if err := win.Flush(0); err != nil {
+					return err
+				}
+				for i := range seen {
+					if seen[i] != seen[0] {
+						return fmt.Errorf("rank %d round %d: block torn under an exclusive lock: element %d = %d, element 0 = %d", me, round, i, seen[i], seen[0])
+					}
+				}
+			}
+			for i := range stamp {
+				stamp[i] = me*1000 + round
+			}
+			if err := errors.Join(win.Accumulate(stamp, 0, 0, rma.Replace), win.Accumulate(stamp, 0, half, rma.Replace),
+				win.Accumulate([]int64{1}, 0, 2*half, rma.Sum)); err != nil {
+				return err
+			}
+			if err := win.Unlock(0); err != nil {
+				return err
+			}
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		if me == 0 {
+			b := win.Local()
+			if got, want := b[2*half], int64((n-1)*rounds); got != want {
+				return fmt.Errorf("counter %d, want %d", got, want)
+			}
+			if b[0]%1000 != rounds {
+				return fmt.Errorf("final stamp %d, want some rank's last round %d", b[0], rounds)
+			}
+			for i := range b[:2*half] {
+				if b[i] != b[0] {
+					return fmt.Errorf("final block torn: element %d = %d, element 0 = %d", i, b[i], b[0])
+				}
+			}
+		}
+		return win.Free()
+	})
 }

@@ -99,10 +99,10 @@ func (win *Window[T]) Fence(assert Assert) error {
 	}
 	win.flushes = win.flushes[:0]
 	if assert&NoPrecede == 0 {
-		for r, yes := range win.reads {
-			if yes {
+		for r, p := range win.reads {
+			if p != 0 {
 				win.flushes = append(win.flushes, r)
-				win.reads[r] = false
+				win.reads[r] = 0
 			}
 		}
 	}
@@ -172,7 +172,7 @@ func (win *Window[T]) Flush(target int) error {
 		win.mu.Unlock()
 		return win.errf(ErrNoEpoch, "Flush(%d) outside an access epoch to rank %d: %s", target, target, win.ep.noAccess(target))
 	}
-	win.reads[target] = false
+	win.reads[target] = 0
 	win.mu.Unlock()
 	if err := win.completeTo(target); err != nil {
 		return win.wrapf(err, "Flush(%d)", target)
@@ -339,13 +339,17 @@ func (win *Window[T]) Unlock(target int) error {
 	// The release atomic follows this rank's puts to target down the same
 	// queue pair, which executes them in order, and its completion (which
 	// Unlock waits for) implies theirs: puts need no separate flush round
-	// trip. Reads and atomics do: a read's data may still be on its way
-	// (IB orders them before later requests only with a fence), and a
-	// writer let in by the release would tear it. A NoCheck lock has no
+	// trip. Reads do: a read's data may still be on its way (IB orders
+	// them before later requests only with a fence; soft's answer takes
+	// it from memory when it is sent), and a writer let in by the release
+	// would tear it. So do accumulates and atomics, unless the target's
+	// provider executes them in order and at once (AtomicsInOrder: soft,
+	// shm): a NIC may execute the release first. A NoCheck lock has no
 	// atomic to wait for.
 	noCheck := win.ep.noCheck[target]
-	flush := noCheck || win.reads[target]
-	win.reads[target] = false
+	p := win.reads[target]
+	flush := noCheck || p&pendingReads != 0 || p&pendingAtomics != 0 && !win.w.f.AtomicsInOrder(target)
+	win.reads[target] = 0
 	win.mu.Unlock()
 	var err error
 	if flush {
@@ -534,10 +538,10 @@ func (win *Window[T]) Complete() error {
 	// Gets and atomics must be complete here; puts are ordered before the
 	// completion notification by the queue pair.
 	win.cflush = win.cflush[:0]
-	for r, yes := range win.reads {
-		if yes && win.ep.started[r] {
+	for r, p := range win.reads {
+		if p != 0 && win.ep.started[r] {
 			win.cflush = append(win.cflush, r)
-			win.reads[r] = false
+			win.reads[r] = 0
 		}
 	}
 	p := win.pscw

@@ -94,7 +94,7 @@ type Window[T Number] struct {
 	changed chan struct{} // closed when ep changes, if a goroutine waits for that (waitChange)
 	ops     bool          // operations issued since the last synchronization
 	puts    bool          // puts issued since the last synchronization
-	reads   []bool        // per rank: reads or atomics to flush at the next synchronization
+	reads   []pending     // per rank: reads or atomics to flush at the next synchronization
 	putTo   []bool        // per rank: puts or atomics into its window since the last fence
 	inGroup []bool        // per rank: checkGroup's scratch, all false between calls
 	flushes []int         // scratch for the fence
@@ -280,7 +280,7 @@ func (win *Window[T]) setup(failed error) error {
 	}
 	w.track(win, leftover{quiesce: win.quiesce, release: win.release})
 	win.fence = fence.New(w.f, win.id)
-	win.reads = make([]bool, size)
+	win.reads = make([]pending, size)
 	win.putTo = make([]bool, size)
 	win.inGroup = make([]bool, size)
 	win.ep.init(size)
@@ -455,5 +455,20 @@ func (win *Window[T]) opsOn(target int) { win.ops = true }
 // memory (the fence's second round must run) and are flushed at the next
 // synchronization, like reads.
 func (win *Window[T]) atomicsOn(target int) {
-	win.ops, win.puts, win.reads[target], win.putTo[target] = true, true, true, true
+	win.ops, win.puts, win.putTo[target] = true, true, true
+	win.reads[target] |= pendingAtomics
 }
+
+// pending says what a rank's issued operations need before a
+// synchronization may let another rank at its memory.
+type pending uint8
+
+const (
+	// pendingReads: gets, whose data a NIC, or soft's zero-copy answer,
+	// may take from the target's memory after later requests executed.
+	pendingReads pending = 1 << iota
+	// pendingAtomics: accumulates and atomics, which a NIC may execute
+	// after a later request of the queue pair (transport's
+	// AtomicsInOrder says where they cannot).
+	pendingAtomics
+)

@@ -170,6 +170,16 @@ func (f *Fabric) ReadsBeforeRecv(r int) bool {
 	return p != nil && p.c != nil && p.c.readsFirst
 }
 
+// AtomicsInOrder reports whether rank r's provider executes the atomics
+// and accumulates posted to r in order with the requests after them, and
+// takes their old values as it executes them
+// (verbs.DeviceAttr.AtomicsInOrder): a lock's release posted behind them
+// then cannot take effect first, and needs no flush before it.
+func (f *Fabric) AtomicsInOrder(r int) bool {
+	p := f.peers[r].Load()
+	return p != nil && p.c != nil && p.c.atomsInOrder
+}
+
 // CopiesPayload reports whether rank r's provider has taken a write's
 // payload when the post returns (verbs.DeviceAttr.PostCopiesPayload): the
 // source buffer may then be reused at once, and a write is locally

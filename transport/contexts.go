@@ -54,6 +54,9 @@ type pctx struct {
 	// readsFirst: its responder delivers a notification only after the
 	// reads and atomics before it (verbs.DeviceAttr.ReadsBeforeRecv).
 	readsFirst bool
+	// atomsInOrder: its responder executes atomics and accumulates in
+	// order and at once (verbs.DeviceAttr.AtomicsInOrder).
+	atomsInOrder bool
 	// copies: PostSend has taken a write's payload when it returns
 	// (verbs.DeviceAttr.PostCopiesPayload).
 	copies bool
@@ -144,6 +147,7 @@ func (f *Fabric) addContext(name string, ctx verbs.Context) *pctx {
 	c.prog, _ = ctx.(verbs.Progresser)
 	c.atPost = ctx.Attr().CompletesAtPost
 	c.readsFirst = ctx.Attr().ReadsBeforeRecv
+	c.atomsInOrder = ctx.Attr().AtomicsInOrder
 	c.copies = ctx.Attr().PostCopiesPayload
 	f.ctxs = append(f.ctxs, c)
 	f.multi = len(f.ctxs) > 1

@@ -215,6 +215,15 @@ type DeviceAttr struct {
 	// leave memory after a later request has executed (only the
 	// requester's fence flag orders them).
 	ReadsBeforeRecv bool
+	// AtomicsInOrder: the responder executes atomics and accumulates in
+	// the queue pair's order, taking their old values as it executes
+	// them, so no later request of the queue pair takes effect before
+	// them (soft; shm, whose requests complete at post). An origin may
+	// then release a lock behind its accumulates without waiting for
+	// them first. A NIC gives no such order: a later request may execute
+	// before an earlier atomic (only the requester's fence flag orders
+	// them).
+	AtomicsInOrder bool
 }
 
 // Config carries what a provider may need to open a device. Providers

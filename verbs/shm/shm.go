@@ -108,7 +108,7 @@ func deviceAttr() verbs.DeviceAttr {
 		Name: "shm0", Provider: Name, MaxMRSize: 1 << 40, MaxQPWR: 1 << 15,
 		MaxSGE: maxSGE, MaxInline: 1 << 30, AtomicCap: verbs.AtomicGlob, MTU: 1 << 20,
 		LinkLayer: "shm", PortActive: true, PostCopiesPayload: true,
-		CompletesAtPost: true, ReadsBeforeRecv: true, Accumulate: true, MaxFetchAccumulate: maxFetchAcc,
+		CompletesAtPost: true, ReadsBeforeRecv: true, AtomicsInOrder: true, Accumulate: true, MaxFetchAccumulate: maxFetchAcc,
 	}
 }
 
