@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -96,5 +98,41 @@ func TestLoopback(t *testing.T) {
 	}
 	if _, err := a.PostSend(&wrs[0]); !errors.Is(err, verbs.ErrQPState) {
 		t.Fatalf("post after the failure: %v", err)
+	}
+}
+
+// Both queue pairs of a loopback pair closed at once (as transport's
+// Disconnect does): each Close fails its partner too; both return, and
+// each pair's posted receive is flushed exactly once.
+func TestLoopbackConcurrentClose(t *testing.T) {
+	for i := range 50 {
+		s, a, b := loopPair(t)
+		for _, q := range []verbs.QP{a, b} {
+			if _, err := q.PostRecv(&verbs.RecvWR{ID: uint64(i), SGL: s.sge(0, 8)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, q := range []verbs.QP{a, b} {
+			wg.Go(func() { q.Close() })
+		}
+		wg.Wait()
+		var wc [4]verbs.WC
+		got := 0
+		for got < 2 {
+			n, err := s.recvCQ.Wait(wc[got:], time.Now().Add(5*time.Second))
+			if err != nil || n == 0 {
+				t.Fatalf("round %d: %d receives flushed, want 2 (%v)", i, got, err)
+			}
+			got += n
+		}
+		for _, c := range wc[:got] {
+			if c.ID != uint64(i) || c.Status != verbs.StatusFlushed {
+				t.Fatalf("round %d: %+v", i, c)
+			}
+		}
+		if n, _ := s.recvCQ.Poll(wc[:]); n != 0 {
+			t.Fatalf("round %d: %d more completions", i, n)
+		}
 	}
 }
