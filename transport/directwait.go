@@ -59,13 +59,14 @@ func (b Bell) Alert() {
 // (docs/benchmarks.md).
 const bellSlice = 100 * time.Millisecond
 
-// sharedYieldSpins: on a node with more ranks than cores, a direct wait
-// past its first directSpins looks gives the core to other processes
-// (sched_yield) every sharedYieldSpins looks, as the shm CQ's wait does
-// (one-to-many fence3 with 4 ranks on 2 cores, 8 B, paired runs against
-// the CQ's wait: yielding every 64 looks took 1.48 times as long, every 8
-// looks 0.87 times; 3 ranks 1.03).
-const sharedYieldSpins = 8
+// On a node with more ranks than cores (shareCores), a direct wait gives
+// the core to other processes (sched_yield) at every look but the ones
+// that drive the fabric: the rank it waits for may be waiting for this
+// core. One-to-many fence3, 8 B, shm, 2 cores, alternating runs: yielding
+// every 8 looks after the first 64 took 32-34 µs with 3 ranks and 70-74
+// with 4; yielding at every look 17.8-20.7 and 29-46 (Open MPI's shared
+// memory 18.5 and 26.1 in the same hour). Every 64 looks had taken 1.7
+// times as long as every 8 (2026-11-27).
 
 // sleepRecheck is how long a direct wait keeps looking at its words after
 // it counted itself a sleeper, before it sleeps (Alert).
@@ -127,9 +128,7 @@ func (f *Fabric) AwaitDirect(w *DirectWait) error {
 			return nil
 		}
 		if i%directSpins != 0 {
-			if i > directSpins && i%sharedYieldSpins == 0 && f.shareCores {
-				// More ranks than cores: the rank this one waits for may
-				// be waiting for this core.
+			if f.shareCores {
 				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			} else {
 				spin.Pause()
