@@ -66,7 +66,11 @@ const bellSlice = 100 * time.Millisecond
 // every 8 looks after the first 64 took 32-34 µs with 3 ranks and 70-74
 // with 4; yielding at every look 17.8-20.7 and 29-46 (Open MPI's shared
 // memory 18.5 and 26.1 in the same hour). Every 64 looks had taken 1.7
-// times as long as every 8 (2026-11-27).
+// times as long as every 8 (2026-11-27). A yield may return only after
+// other processes' time slices, so such a wait drives the fabric and looks
+// at the clock every sharedLooks looks instead of every directSpins: a
+// failure or the deadline is seen about as soon as with the pure spin.
+const sharedLooks = 8
 
 // sleepRecheck is how long a direct wait keeps looking at its words after
 // it counted itself a sleeper, before it sleeps (Alert).
@@ -123,11 +127,15 @@ func (f *Fabric) AwaitDirect(w *DirectWait) error {
 	}
 	defer f.EndProgress()
 	var deadline, spinEnd time.Time
+	every := directSpins
+	if f.shareCores {
+		every = sharedLooks
+	}
 	for i := 1; ; i++ {
 		if w.ready() {
 			return nil
 		}
-		if i%directSpins != 0 {
+		if i%every != 0 {
 			if f.shareCores {
 				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			} else {
