@@ -224,7 +224,14 @@ type DeviceAttr struct {
 	// before an earlier atomic (only the requester's fence flag orders
 	// them).
 	AtomicsInOrder bool
+	// Guards: the provider takes the send flags GuardSet, GuardAnd and
+	// Guarded (soft), for writes of at most MaxGuardedWrite bytes.
+	Guards bool
 }
+
+// MaxGuardedWrite bounds a guarded write's length: the responder reads a
+// skipped write's payload off its stream whole.
+const MaxGuardedWrite = 16 << 10
 
 // Config carries what a provider may need to open a device. Providers
 // ignore fields that do not apply to them.
@@ -589,6 +596,20 @@ const (
 	// whose sender goes on to post more, such as PSCW's complete followed
 	// by the next post.
 	Coalesce
+	// GuardSet, on a fetch-and-add or compare-and-swap, makes the queue
+	// pair's guard at the responder the atomic's outcome: a
+	// compare-and-swap holds if it swapped, a fetch-and-add if its old
+	// value has no bit of the request's GuardMask set. GuardAnd makes it
+	// the guard and the outcome. Guarded, on a write, has the responder
+	// execute it only if the guard holds; otherwise it is skipped (memory
+	// untouched) and completes as executed. A lock's atomics and the first
+	// write of its epoch so travel together, the write landing only if the
+	// lock was taken (sync/lock's lazy exclusive lock). Only providers
+	// with DeviceAttr.Guards take them, and only in one chain: another
+	// request between the atomics and the write could be another guard's.
+	GuardSet
+	GuardAnd
+	Guarded
 )
 
 // SendWR is a send work request, as struct ibv_send_wr. Callers reuse their
@@ -605,6 +626,7 @@ type SendWR struct {
 	CompareAdd uint64     // fetch-add: the addend; compare-swap: the value compared
 	Swap       uint64     // compare-swap: the value stored when equal
 	Acc        Accumulate // OpAccumulate: the reduction, element type and whether the old values come back
+	GuardMask  uint64     // fetch-and-add with GuardSet or GuardAnd: it holds if the old value has none of these bits
 }
 
 // RecvWR is a receive work request, as struct ibv_recv_wr.

@@ -101,6 +101,7 @@ type qp struct {
 	rx     *rxStream // set at Connect
 	rxHdr  [hdrLen]byte
 	rxDone bool                   // the stream is finished; under rxMu
+	guard  bool                   // the guard atomics' outcome (guard.go); under rxMu
 	cur    inFrame                // a payload received in pieces (payload.go); under rxMu
 	acc    accState               // the responder's accumulate buffers (accumulate.go)
 	curReg atomic.Pointer[region] // cur's target region, for Dereg (failHolders)

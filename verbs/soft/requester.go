@@ -110,7 +110,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		}
 		f.imm = wr.Imm
 		if p.signaled {
-			f.flags = flagAck
+			f.flags |= flagAck
 		}
 		for i, s := range wr.SGL {
 			_, b, err := q.resolve(s, 0)
@@ -143,6 +143,8 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 		f.kind, f.arg0, f.arg1, total = kReqFAA, wr.CompareAdd, 0, 8
 		if wr.Op == verbs.OpCompareSwap {
 			f.kind, f.arg1 = kReqCAS, wr.Swap
+		} else if wr.Flags&(verbs.GuardSet|verbs.GuardAnd) != 0 {
+			f.arg1 = wr.GuardMask
 		}
 	case verbs.OpAccumulate:
 		n, err := q.prepAccumulate(wr, &f, &p, &payload)
@@ -158,6 +160,16 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	f.len = uint32(total)
 	p.length = f.len
+	if wr.Flags&(verbs.GuardSet|verbs.GuardAnd|verbs.Guarded) != 0 {
+		fl, err := guardFlags(wr, total)
+		if err != nil {
+			return err
+		}
+		if q.loop != nil {
+			return fmt.Errorf("%w: guards on a queue pair to this process", verbs.ErrInvalid)
+		}
+		f.flags |= fl
+	}
 	if q.loop != nil {
 		return q.postLoop(&f, &p, &payload, len(wr.SGL))
 	}
@@ -191,7 +203,7 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	q.mu.Unlock()
 
-	if coalescable(f.kind, p.signaled, wr.Flags&verbs.Fence != 0, wr.Flags&verbs.Coalesce != 0, total) {
+	if f.flags&flagGuarded == 0 && coalescable(f.kind, p.signaled, wr.Flags&verbs.Fence != 0, wr.Flags&verbs.Coalesce != 0, total) {
 		q.corkFrame(&f, &payload, len(wr.SGL))
 		release()
 		return nil

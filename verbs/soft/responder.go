@@ -80,6 +80,12 @@ func (q *qp) execute(br frameReader, f *frame) error {
 	}
 	switch f.kind {
 	case kReqWrite, kReqWriteImm:
+		if q.skipped(f) {
+			if _, err := br.Discard(int(f.len)); err != nil {
+				return err
+			}
+			break
+		}
 		r, b, st := q.writeTarget(f)
 		if st != verbs.StatusSuccess {
 			return q.nak(br, f, st)
@@ -112,6 +118,7 @@ func (q *qp) execute(br frameReader, f *frame) error {
 		if st != verbs.StatusSuccess {
 			return q.nak(nil, f, st)
 		}
+		q.guardAtomic(f, old)
 		q.respond(response{f: frame{kind: kRespAtomic, seq: f.seq, arg0: old}})
 		return nil
 	case kReqAcc, kReqAccFetch:

@@ -81,7 +81,7 @@ func deviceAttr() verbs.DeviceAttr {
 		MaxSGE: maxSGE, MaxInline: 0, AtomicCap: verbs.AtomicHCA, MTU: 1 << 20,
 		LinkLayer: "TCP", PortActive: true, PostCopiesPayload: true,
 		Accumulate: true, MaxFetchAccumulate: maxFetchAcc, ReadsBeforeRecv: true,
-		AtomicsInOrder: true,
+		AtomicsInOrder: true, Guards: true,
 	}
 }
 

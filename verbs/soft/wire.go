@@ -87,7 +87,7 @@ func (f *frame) decode(b *[hdrLen]byte) error {
 	f.kind = b[0]
 	f.status = b[1]
 	f.flags = b[2]
-	if b[3] != 0 || f.flags&^flagAck != 0 {
+	if b[3] != 0 || f.flags&^flagsKnown != 0 {
 		return fmt.Errorf("%w: reserved bits set", errFrame)
 	}
 	f.len = binary.LittleEndian.Uint32(b[4:])
@@ -99,6 +99,9 @@ func (f *frame) decode(b *[hdrLen]byte) error {
 	f.arg1 = binary.LittleEndian.Uint64(b[40:])
 	if f.len > maxPayload {
 		return fmt.Errorf("%w: length %d over %d", errFrame, f.len, maxPayload)
+	}
+	if err := checkGuardFlags(f); err != nil {
+		return err
 	}
 	switch f.kind {
 	case kReqWrite, kReqWriteImm, kReqRead, kReqSend:
@@ -132,8 +135,11 @@ func (f *frame) decode(b *[hdrLen]byte) error {
 	default:
 		return fmt.Errorf("%w: unknown kind %d", errFrame, f.kind)
 	}
-	if f.flags != 0 && f.kind != kReqWrite && f.kind != kReqWriteImm && f.kind != kReqSend && f.kind != kReqAcc {
+	if f.flags&flagAck != 0 && f.kind != kReqWrite && f.kind != kReqWriteImm && f.kind != kReqSend && f.kind != kReqAcc {
 		return fmt.Errorf("%w: flags on kind %d", errFrame, f.kind)
+	}
+	if f.flags&^flagAck != 0 && f.kind != kReqWrite && f.kind != kReqFAA && f.kind != kReqCAS {
+		return fmt.Errorf("%w: guard flags on kind %d", errFrame, f.kind)
 	}
 	return nil
 }
