@@ -50,6 +50,7 @@ type Atomic struct {
 	Remote     Remote
 	CompareAdd uint64
 	Swap       uint64
+	Mask       uint64 // PostGuardedWrite: a fetch-and-add guard holds if its old value has none of these bits
 }
 
 // FetchAdd posts an 8-byte atomic fetch-and-add on remote; the old value

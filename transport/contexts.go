@@ -57,6 +57,8 @@ type pctx struct {
 	// atomsInOrder: its responder executes atomics and accumulates in
 	// order and at once (verbs.DeviceAttr.AtomicsInOrder).
 	atomsInOrder bool
+	// guards: it takes guarded writes (verbs.DeviceAttr.Guards).
+	guards bool
 	// copies: PostSend has taken a write's payload when it returns
 	// (verbs.DeviceAttr.PostCopiesPayload).
 	copies bool
@@ -148,6 +150,7 @@ func (f *Fabric) addContext(name string, ctx verbs.Context) *pctx {
 	c.atPost = ctx.Attr().CompletesAtPost
 	c.readsFirst = ctx.Attr().ReadsBeforeRecv
 	c.atomsInOrder = ctx.Attr().AtomicsInOrder
+	c.guards = ctx.Attr().Guards
 	c.copies = ctx.Attr().PostCopiesPayload
 	f.ctxs = append(f.ctxs, c)
 	f.multi = len(f.ctxs) > 1
