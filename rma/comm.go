@@ -15,7 +15,7 @@ const maxChunk = 256 << 20
 // is in the target's memory after the synchronization that ends the epoch,
 // and origin must not be modified before then.
 func (win *Window[T]) Put(origin []T, target, disp int) error {
-	_, err := win.transfer(true, origin, target, disp)
+	_, err := win.transfer(true, origin, target, disp, true)
 	return win.callErr("Put", target, disp, err)
 }
 
@@ -23,7 +23,7 @@ func (win *Window[T]) Put(origin []T, target, disp int) error {
 // element disp, into origin. The data is in origin after the
 // synchronization that ends the epoch; do not read origin before then.
 func (win *Window[T]) Get(origin []T, target, disp int) error {
-	_, err := win.transfer(false, origin, target, disp)
+	_, err := win.transfer(false, origin, target, disp, false)
 	return win.callErr("Get", target, disp, err)
 }
 
@@ -62,16 +62,32 @@ func (win *Window[T]) check(target, disp, count int) error {
 // It holds win.mu while it posts (so that a concurrent Unlock, Complete or
 // Fence covers the operation or refuses it), which never waits for a peer:
 // at most for send-queue or bounce-buffer space, which the NIC frees.
-func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request, error) {
-	if err := win.lockReady(target); err != nil {
-		return Request{}, err
+// carry: a put whose request nobody waits for (Put, not RPut), which may
+// carry a lazy lock's atomics (lazy.go).
+func (win *Window[T]) transfer(put bool, origin []T, target, disp int, carry bool) (Request, error) {
+	carry = carry && put && len(origin)*win.esize <= transport.MaxGuardedWrite
+	for {
+		req, again, err := win.transferOnce(put, origin, target, disp, carry)
+		if !again {
+			return req, err
+		}
+		carry = false // confirm the lazy lock, then post as usual
+	}
+}
+
+// transferOnce is one attempt of transfer; again: a lazy lock's atomics
+// could not go with the put, nothing was done, and the put is to be made
+// again without carry.
+func (win *Window[T]) transferOnce(put bool, origin []T, target, disp int, carry bool) (_ Request, again bool, _ error) {
+	if err := win.lockReadyFor(target, carry); err != nil {
+		return Request{}, false, err
 	}
 	defer win.mu.Unlock()
 	if err := win.check(target, disp, len(origin)); err != nil {
-		return Request{}, err
+		return Request{}, false, err
 	}
 	if len(origin) == 0 {
-		return Request{}, nil
+		return Request{}, false, nil
 	}
 	if target == win.w.Rank() {
 		// This rank's own window: a copy, complete at once. (Accumulates
@@ -82,14 +98,33 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 		} else {
 			copy(origin, win.local[disp:disp+len(origin)])
 		}
-		return Request{}, nil
+		return Request{}, false, nil
 	}
 	w := win.w
 	direct := win.directTo(target)
 	if direct != nil {
 		if err := w.f.DirectReady(target); err != nil {
-			return Request{}, err
+			return Request{}, false, err
 		}
+	}
+	rw := &win.remotes[target]
+	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
+	n := len(origin) * win.esize
+	p := unsafe.Pointer(unsafe.SliceData(origin))
+	local, registered := w.local(p, uintptr(n))
+	if lz := win.lazyAt(target); lz != nil {
+		// lockReadyFor let a put through to carry the lazy lock's
+		// atomics (lazy.go): from registered memory only.
+		if !registered || direct != nil {
+			return Request{}, true, nil
+		}
+		sent, err := win.carryLock(lz, target, local, remote, n)
+		if err != nil || !sent {
+			return Request{}, !sent && err == nil, err
+		}
+		win.opsOn(target)
+		win.puts, win.putTo[target] = true, true
+		return Request{}, false, nil
 	}
 	win.opsOn(target)
 	if put {
@@ -106,14 +141,10 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 		} else {
 			copy(origin, direct[disp:disp+len(origin)])
 		}
-		return Request{}, nil
+		return Request{}, false, nil
 	}
-	rw := &win.remotes[target]
-	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.rkey}
-	n := len(origin) * win.esize
-	p := unsafe.Pointer(unsafe.SliceData(origin))
 	req := Request{w: w, rank: target}
-	if local, ok := w.local(p, uintptr(n)); ok {
+	if registered {
 		// Zero copy: the origin lies in registered memory.
 		for off := 0; off < n; off += maxChunk {
 			c := min(maxChunk, n-off)
@@ -126,10 +157,10 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 				req.seq, err = w.f.Read(target, l, r, uint32(c))
 			}
 			if err != nil {
-				return Request{}, err
+				return Request{}, false, err
 			}
 		}
-		return req, nil
+		return req, false, nil
 	}
 	b := unsafe.Slice((*byte)(p), n)
 	w.stageMu.Lock()
@@ -141,5 +172,5 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int) (Request,
 		req.seq, err = w.stage.get(target, b, remote)
 		req.staged = true
 	}
-	return req, err
+	return req, false, err
 }

@@ -9,7 +9,12 @@ package rma
 // lockReady takes win.mu once rank target's window is complete for this
 // rank's next access. On error win.mu is not held. A target out of range
 // waits for nothing (check refuses it under the lock).
-func (win *Window[T]) lockReady(target int) error {
+func (win *Window[T]) lockReady(target int) error { return win.lockReadyFor(target, false) }
+
+// lockReadyFor is lockReady that also confirms a lazy lock on target
+// (lazy.go) unless carry and the lock has sent nothing yet: the caller's
+// put then carries its atomics.
+func (win *Window[T]) lockReadyFor(target int, carry bool) error {
 	inRange := target >= 0 && target < len(win.remotes)
 	for {
 		var gen uint64
@@ -20,8 +25,17 @@ func (win *Window[T]) lockReady(target int) error {
 			}
 		}
 		win.mu.Lock()
-		if !inRange || win.fence.Gen() == gen {
+		if !inRange {
 			return nil
+		}
+		if win.fence.Gen() == gen {
+			if err := win.settleLazy(target, carry); err != nil {
+				win.mu.Unlock()
+				return err
+			}
+			if win.fence.Gen() == gen {
+				return nil
+			}
 		}
 		// A fence ran in between and deferred a new second round.
 		win.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"github.com/rmago/rmago/sync/control"
 	"github.com/rmago/rmago/sync/lock"
 	"github.com/rmago/rmago/sync/pscw"
+	"github.com/rmago/rmago/transport"
 )
 
 // lockProtocol is the passive-target protocol (sync/lock).
@@ -13,6 +14,12 @@ type lockProtocol interface {
 	LockAll() error
 	UnlockAll() error
 	Close() error
+
+	// Lazy exclusive locks (lazy.go).
+	Lazy(target int) bool
+	Begin(target int) lock.Pending
+	WithWrite(p *lock.Pending, local transport.Local, remote transport.Remote, n uint32) (bool, error)
+	Confirm(p *lock.Pending) (skipped bool, err error)
 }
 
 // pscwProtocol is the post-start-complete-wait protocol (sync/pscw).

@@ -172,6 +172,10 @@ func (win *Window[T]) Flush(target int) error {
 		win.mu.Unlock()
 		return win.errf(ErrNoEpoch, "Flush(%d) outside an access epoch to rank %d: %s", target, target, win.ep.noAccess(target))
 	}
+	if err := win.settleLazy(target, true); err != nil {
+		win.mu.Unlock()
+		return win.wrapf(err, "Flush(%d)", target)
+	}
 	win.reads[target] = 0
 	win.mu.Unlock()
 	if err := win.completeTo(target); err != nil {
@@ -192,6 +196,12 @@ func (win *Window[T]) FlushAll() error {
 	if !win.ep.anyAccess() {
 		win.mu.Unlock()
 		return win.errf(ErrNoEpoch, "FlushAll outside an access epoch (open one with Lock, LockAll, Fence or Start first)")
+	}
+	for t := range win.lazy {
+		if err := win.settleLazy(t, true); err != nil {
+			win.mu.Unlock()
+			return win.wrapf(err, "FlushAll")
+		}
 	}
 	clear(win.reads)
 	win.mu.Unlock()
@@ -289,6 +299,17 @@ func (win *Window[T]) AwaitLocal(i int, cond func(T) bool) error {
 // bounded by the fabric's timeout (then the error wraps
 // transport.ErrTimeout). A goroutine that locks a target twice without
 // unlocking in between therefore waits for the timeout.
+//
+// An exclusive lock may be taken lazily, as MPI allows (MPICH does): where
+// the target is reached through the soft provider and this rank or the
+// target is rank 0 (the lock leader), Lock sends nothing and returns at
+// once, and the lock is taken with the epoch's first operation: a Put of
+// up to 16 KiB from a window's memory carries the lock's atomics and
+// lands only if they found the lock free (else it is made again once the
+// lock is held); any other operation, Flush or Unlock first waits for the
+// lock. Lock, Put and Flush then take one round trip. An epoch with no
+// operation takes nothing, so a lock without operations excludes nothing:
+// to use a lock as a mutex, access the target under it.
 func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	if typ != Exclusive && typ != Shared {
 		return win.errf(ErrLockType, "Lock(%d, %v): use rma.Exclusive or rma.Shared", target, typ)
@@ -308,7 +329,15 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 		return err
 	}
 	var err error
-	if assert&NoCheck == 0 {
+	switch {
+	case assert&NoCheck != 0:
+	case typ == Exclusive && win.locks.Lazy(target):
+		// Taken lazily (lazy.go): nothing is sent before the epoch's first
+		// use, but a peer already known to have failed fails it now.
+		if err = win.w.f.Err(target); err == nil {
+			win.lazy[target] = &lazyLock{p: win.locks.Begin(target)}
+		}
+	default:
 		win.mu.Unlock()
 		err = win.locks.Lock(target, typ == Exclusive)
 		win.mu.Lock()
@@ -332,6 +361,15 @@ func (win *Window[T]) Unlock(target int) error {
 	if err := win.syncCheck("Unlock", target); err != nil {
 		return err
 	}
+	if win.lazyAt(target) != nil {
+		return win.unlockLazy(target)
+	}
+	return win.unlockHeld(target)
+}
+
+// unlockHeld is Unlock of a lock that is not an unconfirmed lazy one;
+// win.mu held (released while it waits).
+func (win *Window[T]) unlockHeld(target int) error {
 	tr := transition{kind: kindUnlock, target: target}
 	if err := win.enter(&tr); err != nil {
 		return err

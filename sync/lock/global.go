@@ -80,6 +80,14 @@ func (c class) admits(old uint64) bool {
 	return o.holders(old) == 0 && o.waiters(old) == 0
 }
 
+// admitMask is the bits of the other class's holders and waiters: an
+// arrival is admitted if its old value has none of them set (admits), the
+// condition a guard fetch-and-add checks at the leader (lazy.go).
+func (c class) admitMask() uint64 {
+	o := c.other()
+	return fieldMask<<o.hold | fieldMask<<o.wait
+}
+
 // canConvert reports whether c's waiters may all become holders in state
 // s: the other class holds nothing, and either c is in its phase and the
 // other class does not wait, or nobody holds and c has the turn (or the
@@ -239,7 +247,6 @@ func (l *Locks) lockExclusiveLeader(sl *slot, t int, b *backoff) error {
 // already holds an exclusive lock and posted the Global arrival as seqG;
 // it is admitted whatever the word says.
 func (l *Locks) takeExclusiveLeader(sl *slot, t int, b *backoff, joined bool, seqG uint64) error {
-	var err error
 	cas := req{t, control.Lock, transport.CompareSwapOp, 0, taken(l.me), 1}
 	var seqT uint64
 	var errT error
@@ -252,8 +259,18 @@ func (l *Locks) takeExclusiveLeader(sl *slot, t int, b *backoff, joined bool, se
 			return errG
 		}
 	}
+	_, err := l.settleExclusiveLeader(sl, t, b, joined, seqG, seqT, errT)
+	return err
+}
+
+// settleExclusiveLeader waits for an exclusive lock's atomics, posted as
+// seqG (the Global arrival, old value in result word 0) and seqT (the
+// swap at t, word 1; errT if its post failed), and takes the lock: at
+// once if both found it free (free), else by waiting at the Global word
+// and at t. joined: admitted at the Global word whatever it says.
+func (l *Locks) settleExclusiveLeader(sl *slot, t int, b *backoff, joined bool, seqG, seqT uint64, errT error) (free bool, err error) {
 	if err := l.f.Await(Leader, seqG); err != nil {
-		return err
+		return false, err
 	}
 	oldG := sl.result(0)
 	if errT == nil {
@@ -263,12 +280,16 @@ func (l *Locks) takeExclusiveLeader(sl *slot, t int, b *backoff, joined bool, se
 		if t == Leader {
 			// The release would queue behind the failed request on the
 			// same queue pair and wait out a second timeout.
-			return errT
+			return false, errT
 		}
-		return errors.Join(errT, l.releaseGlobal(sl, classExcl))
+		return false, errors.Join(errT, l.releaseGlobal(sl, classExcl))
 	}
 	gotT := sl.result(1) == 0
-	if !joined && !classExcl.admits(oldG) {
+	admitted := joined || classExcl.admits(oldG)
+	if gotT && admitted {
+		return true, nil
+	}
+	if !admitted {
 		// Hold nothing while waiting for lock_all's phase to end: a
 		// reserved target would keep its other lockers waiting on us, and
 		// admitted writers of it would keep lock_all (and us) waiting.
@@ -279,25 +300,25 @@ func (l *Locks) takeExclusiveLeader(sl *slot, t int, b *backoff, joined bool, se
 			oldG, err = sl.add(Leader, control.Global, classExcl.toWait())
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if err := l.waitGlobal(sl, classExcl, oldG+classExcl.toWait(), b); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if gotT {
-		return nil
+		return false, nil
 	}
 	if err := l.waitTarget(sl, t, b); err != nil {
 		if t == Leader && !errors.Is(err, errBusy) {
-			return err // an atomic to the leader failed: see above
+			return false, err // an atomic to the leader failed: see above
 		}
 		if errors.Is(err, errBusy) {
-			return errors.Join(err, sl.undo(func() error { return l.releaseGlobal(sl, classExcl) }))
+			return false, errors.Join(err, sl.undo(func() error { return l.releaseGlobal(sl, classExcl) }))
 		}
-		return errors.Join(err, l.releaseGlobal(sl, classExcl))
+		return false, errors.Join(err, l.releaseGlobal(sl, classExcl))
 	}
-	return nil
+	return false, nil
 }
 
 // unlockExclusive releases the exclusive lock on target in leader mode:

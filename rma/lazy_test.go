@@ -1,0 +1,147 @@
+package rma_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/rmago/rmago/rma"
+	"github.com/rmago/rmago/rma/rmatest"
+)
+
+// TestLazyLocksExclude: three ranks take exclusive locks on each other in
+// rounds and, under each, put their stamp into both halves of the target's
+// block from registered memory (the first put may carry a lazy lock's
+// atomics: soft, when this rank or the target is rank 0), add one to the
+// target's counter, and read the block back: it must hold their stamp
+// whole, whether the carried put landed or was skipped and made again.
+// Every third round a rank takes LockAll instead and checks that every
+// block is whole (an exclusive writer of a block would tear it), so that
+// carried puts meet lock_all holders at the leader and are skipped. The
+// counters end exact.
+func TestLazyLocksExclude(t *testing.T) {
+	const n, rounds, half = 3, 30, 64
+	rmatest.Run(t, n, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 2*half+1)
+		if err != nil {
+			return err
+		}
+		src, err := rma.Allocate[int64](w, half)
+		if err != nil {
+			return err
+		}
+		me := w.Rank()
+		seen := make([]int64, 2*half)
+		whole := func(b []int64, where string) error {
+			for i := range b {
+				if b[i] != b[0] {
+					return fmt.Errorf("rank %d: %s torn: element %d = %d, element 0 = %d", me, where, i, b[i], b[0])
+				}
+			}
+			return nil
+		}
+		locked := make([]int64, n) // exclusive rounds this rank ran on each target
+		for round := 0; round < rounds; round++ {
+			if (round+me)%3 == 2 {
+				if err := win.LockAll(0); err != nil {
+					return err
+				}
+				for t := range n {
+					if err := errors.Join(win.Get(seen, t, 0), win.Flush(t)); err != nil {
+						return err
+					}
+					if err := whole(seen, fmt.Sprintf("rank %d's block under LockAll", t)); err != nil {
+						return err
+					}
+				}
+				if err := win.UnlockAll(); err != nil {
+					return err
+				}
+				continue
+			}
+			t := (me + 1 + round%(n-1)) % n
+			stamp := int64(1000*(me+1) + round)
+			for i := range src.Local() {
+				src.Local()[i] = stamp
+			}
+			if err := errors.Join(win.Lock(t, rma.Exclusive, 0),
+				win.Put(src.Local(), t, 0), win.Put(src.Local(), t, half),
+				win.Accumulate([]int64{1}, t, 2*half, rma.Sum),
+				win.Get(seen, t, 0), win.Flush(t)); err != nil {
+				return err
+			}
+			for i, v := range seen {
+				if v != stamp {
+					return fmt.Errorf("rank %d round %d: rank %d's element %d = %d under its exclusive lock, want %d", me, round, t, i, v, stamp)
+				}
+			}
+			if err := win.Unlock(t); err != nil {
+				return err
+			}
+			locked[t]++
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		// Every rank's count of its rounds on each target, summed at the
+		// target through its counter.
+		var mine int64
+		counts, err := rma.Allocate[int64](w, n)
+		if err != nil {
+			return err
+		}
+		if err := counts.Fence(0); err != nil {
+			return err
+		}
+		for t := range n {
+			if err := counts.Put(locked[t:t+1], t, me); err != nil {
+				return err
+			}
+		}
+		if err := counts.Fence(rma.NoSucceed); err != nil {
+			return err
+		}
+		for _, c := range counts.Local() {
+			mine += c
+		}
+		if got := win.Local()[2*half]; got != mine {
+			return fmt.Errorf("rank %d: counter %d, want %d", me, got, mine)
+		}
+		if err := whole(win.Local()[:2*half], "the final block"); err != nil {
+			return err
+		}
+		return errors.Join(counts.Free(), src.Free(), win.Free())
+	})
+}
+
+// TestLazyLockWithoutOperations: an exclusive lock with no operation, or
+// only a Flush, unlocks without error, and leaves the target free for the
+// other rank's exclusive lock and put.
+func TestLazyLockWithoutOperations(t *testing.T) {
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 1)
+		if err != nil {
+			return err
+		}
+		other := 1 - w.Rank()
+		for range 3 {
+			if err := errors.Join(win.Lock(other, rma.Exclusive, 0), win.Unlock(other),
+				win.Lock(other, rma.Exclusive, 0), win.Flush(other), win.Unlock(other)); err != nil {
+				return err
+			}
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		if err := errors.Join(win.Lock(other, rma.Exclusive, 0), win.Put([]int64{int64(10 + w.Rank())}, other, 0), win.Unlock(other)); err != nil {
+			return err
+		}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		if got, want := win.Local()[0], int64(10+other); got != want {
+			return fmt.Errorf("rank %d holds %d, want %d", w.Rank(), got, want)
+		}
+		return win.Free()
+	})
+}

@@ -1,0 +1,139 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rmago/rmago/sync/control"
+	"github.com/rmago/rmago/transport"
+)
+
+// Lazy exclusive locks (leader mode, where the target's provider takes
+// guarded writes: soft). Lock returns at once and sends nothing; the
+// lock's atomics go with the epoch's first put, as one chain that the
+// target executes in order: the Global arrival (when the target is the
+// leader), the target's compare-and-swap, and the put, which it executes
+// only if both found the lock free (transport.PostGuardedWrite). Confirm
+// then waits for the atomics' answers, which come with the put's, and
+// takes the lock the slow way if they did not find it free; the put was
+// skipped then, and package rma posts it again once the lock is held.
+// Lock, Put and Flush so cost one round trip instead of two.
+//
+// The guard covers every rank that could access the target only if both
+// words are behind it: the leader's Global word (lock_all holders are
+// counted only there) and the target's. So the lock is lazy only where
+// both are known before the put lands: the target is the leader (both
+// atomics in the chain), or this rank is (its Global arrival completes
+// in its post, and the put goes only if it was admitted).
+
+// Pending is an exclusive lock taken lazily, until Confirm.
+type Pending struct {
+	t       int
+	joined  bool   // this rank held an exclusive lock when it arrived at the Global word
+	seqG    uint64 // the Global arrival, if posted (postedG)
+	seqT    uint64 // the compare-and-swap at t, if posted (postedT)
+	postedG bool
+	postedT bool
+	guarded bool // a write went with the atomics, guarded by them
+}
+
+// Target is the rank the lock is on.
+func (p *Pending) Target() int { return p.t }
+
+// Sent reports whether any of the lock's atomics has been posted.
+func (p *Pending) Sent() bool { return p.postedG || p.postedT }
+
+// Lazy reports whether an exclusive lock on target may be taken lazily
+// (Begin): leader mode, another rank, whose provider takes guarded writes,
+// and this rank or target the leader.
+func (l *Locks) Lazy(target int) bool {
+	return !l.target && target != l.me && (l.me == Leader || target == Leader) &&
+		l.c.Direct(target) == nil && l.f.Guards(target) && l.sizeErr() == nil
+}
+
+// Begin takes an exclusive lock on target lazily (Lazy said it may): it
+// sends nothing.
+func (l *Locks) Begin(target int) Pending { return Pending{t: target} }
+
+// WithWrite sends p's atomics with a write of n bytes from local to
+// remote at p's target, guarded by them, and reports whether it did
+// (posted). Not posted: the write is the caller's to make once Confirm
+// has taken the lock (a second write, n over transport.MaxGuardedWrite,
+// or, this rank being the leader, a Global arrival that was not
+// admitted). It waits for no peer.
+func (l *Locks) WithWrite(p *Pending, local transport.Local, remote transport.Remote, n uint32) (posted bool, err error) {
+	if p.Sent() || n > transport.MaxGuardedWrite {
+		return false, nil
+	}
+	sl := &l.slots[p.t]
+	c := l.c
+	// Under the mutex, as lockExclusiveLeader: joined and the arrival go
+	// together.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p.joined = l.nexcl.Load() > 0
+	cas := transport.Atomic{Op: transport.CompareSwapOp, Local: c.LocalAt(sl.word + 1), Remote: c.RemoteAt(p.t, control.Lock), Swap: taken(l.me)}
+	arrival := transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(sl.word), Remote: c.RemoteAt(Leader, control.Global), CompareAdd: classExcl.one()}
+	if p.t == Leader {
+		if !p.joined {
+			arrival.Mask = classExcl.admitMask()
+		}
+		seq, err := l.f.PostGuardedWrite(p.t, []transport.Atomic{arrival, cas}, local, remote, n)
+		if err != nil {
+			return false, err
+		}
+		p.seqG, p.seqT, p.postedG, p.postedT, p.guarded = seq, seq, true, true, true
+		return true, nil
+	}
+	// This rank is the leader: its arrival completes in the post.
+	seqG, err := sl.post(Leader, control.Global, transport.FetchAddOp, classExcl.one(), 0, 0)
+	if err != nil {
+		return false, err
+	}
+	p.seqG, p.postedG = seqG, true
+	if err := l.f.Await(Leader, seqG); err != nil {
+		return false, err
+	}
+	if !p.joined && !classExcl.admits(sl.result(0)) {
+		return false, nil // Confirm waits for lock_all's phase to end
+	}
+	seq, err := l.f.PostGuardedWrite(p.t, []transport.Atomic{cas}, local, remote, n)
+	if err != nil {
+		// Nothing reached the target: give the arrival back.
+		p.postedG = false
+		return false, errors.Join(err, l.releaseGlobal(sl, classExcl))
+	}
+	p.seqT, p.postedT, p.guarded = seq, true, true
+	return true, nil
+}
+
+// Confirm takes p's lock for good: it posts the atomics no write took
+// (all of them, as Lock would, if nothing was sent), waits for them, and
+// waits for the lock the slow way if they did not find it free. skipped:
+// the guarded write that went with them was skipped, and the caller posts
+// it again (the lock is held now). On error the lock is not held.
+func (l *Locks) Confirm(p *Pending) (skipped bool, err error) {
+	sl := &l.slots[p.t]
+	var b backoff
+	b.reset(l.f.Timeout())
+	if !p.Sent() {
+		err = l.lockExclusiveLeader(sl, p.t, &b)
+	} else {
+		var errT error
+		if !p.postedT {
+			p.seqT, errT = sl.post(p.t, control.Lock, transport.CompareSwapOp, 0, taken(l.me), 1)
+			p.postedT = errT == nil
+		}
+		var free bool
+		if free, err = l.settleExclusiveLeader(sl, p.t, &b, p.joined, p.seqG, p.seqT, errT); err == nil {
+			l.mu.Lock()
+			l.nexcl.Add(1)
+			l.mu.Unlock()
+			skipped = p.guarded && !free
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock: exclusive lock on rank %d: %w", p.t, err)
+	}
+	return skipped, nil
+}
