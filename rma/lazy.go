@@ -7,10 +7,10 @@ import (
 	"github.com/rmago/rmago/transport"
 )
 
-// Lazy exclusive locks (sync/lock's lazy.go, docs/sync-protocols.md).
-// Where the target's provider takes guarded writes (soft) and this rank
-// or the target is the lock leader, Lock(target, Exclusive) sends nothing
-// and returns; the epoch is open exclusive. The epoch's first operation,
+// Lazy locks (sync/lock's lazy.go, docs/sync-protocols.md). Where the
+// target's provider takes guarded writes (soft), Lock(target, Shared), and
+// Lock(target, Exclusive) if this rank or the target is the lock leader,
+// send nothing and return; the epoch is open. The epoch's first operation,
 // if it is a Put of at most transport.MaxGuardedWrite bytes from
 // registered memory, carries the lock's atomics: they and the put go as
 // one chain, and the target executes the put only if they found the lock
@@ -21,13 +21,13 @@ import (
 // Unlock of a lazy lock that sent nothing sends nothing: no operation,
 // nothing held. Lock, Put and Flush so take one round trip, not two.
 //
-// The window's state machine sees an open exclusive epoch throughout;
+// The window's state machine sees an open epoch throughout;
 // win.lazy[t] says it is not yet confirmed. One goroutine confirms at a
 // time; others wait for it (waitChange). If the confirmation fails, the
 // error stays with the epoch: every later call on the target returns it,
 // and Unlock closes the epoch with it.
 
-// lazyLock is an exclusive lock on one target taken lazily.
+// lazyLock is a lock on one target taken lazily.
 type lazyLock struct {
 	p          lock.Pending
 	confirming bool  // a goroutine confirms it; others wait
@@ -77,7 +77,7 @@ func (win *Window[T]) settleLazy(target int, unsentOK bool) error {
 		win.mu.Lock()
 		lz.confirming = false
 		if err != nil {
-			lz.err = win.wrapf(err, "Lock(%d, Exclusive), confirmed at the epoch's first use", target)
+			lz.err = win.wrapf(err, "Lock(%d), confirmed at the epoch's first use", target)
 		} else {
 			win.lazy[target] = nil
 		}
@@ -101,7 +101,7 @@ func (win *Window[T]) confirmLazy(target int, lz *lazyLock) error {
 func (win *Window[T]) carryLock(lz *lazyLock, target int, local transport.Local, remote transport.Remote, n int) (bool, error) {
 	sent, err := win.locks.WithWrite(&lz.p, local, remote, uint32(n))
 	if err != nil {
-		lz.err = win.wrapf(err, "Lock(%d, Exclusive), sent with the epoch's first put", target)
+		lz.err = win.wrapf(err, "Lock(%d), sent with the epoch's first put", target)
 		win.changedState()
 		return false, lz.err
 	}

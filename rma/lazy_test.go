@@ -17,12 +17,15 @@ import (
 // whole, whether the carried put landed or was skipped and made again.
 // Every third round a rank takes LockAll instead and checks that every
 // block is whole (an exclusive writer of a block would tear it), so that
-// carried puts meet lock_all holders at the leader and are skipped. The
-// counters end exact.
+// carried puts meet lock_all holders at the leader and are skipped; every
+// fourth exclusive round is a shared lock instead, whose first put (into
+// the rank's own slot, after the block and counter) carries the lock and
+// which then checks the block whole. The counters and slots end exact.
 func TestLazyLocksExclude(t *testing.T) {
-	const n, rounds, half = 3, 30, 64
+	const n, rounds, half = 3, 40, 64
+	const counter, slots = 2 * half, 2*half + 1
 	rmatest.Run(t, n, func(w *rma.World) error {
-		win, err := rma.Allocate[int64](w, 2*half+1)
+		win, err := rma.Allocate[int64](w, 2*half+1+n)
 		if err != nil {
 			return err
 		}
@@ -40,7 +43,8 @@ func TestLazyLocksExclude(t *testing.T) {
 			}
 			return nil
 		}
-		locked := make([]int64, n) // exclusive rounds this rank ran on each target
+		locked := make([]int64, n)     // exclusive rounds this rank ran on each target
+		lastShared := make([]int64, n) // this rank's last stamp in its slot at each target
 		for round := 0; round < rounds; round++ {
 			if (round+me)%3 == 2 {
 				if err := win.LockAll(0); err != nil {
@@ -64,9 +68,23 @@ func TestLazyLocksExclude(t *testing.T) {
 			for i := range src.Local() {
 				src.Local()[i] = stamp
 			}
+			if round%4 == 3 {
+				if err := errors.Join(win.Lock(t, rma.Shared, 0), win.Put(src.Local()[:1], t, slots+me),
+					win.Get(seen, t, 0), win.Flush(t)); err != nil {
+					return err
+				}
+				if err := whole(seen, fmt.Sprintf("rank %d's block under a shared lock", t)); err != nil {
+					return err
+				}
+				if err := win.Unlock(t); err != nil {
+					return err
+				}
+				lastShared[t] = stamp
+				continue
+			}
 			if err := errors.Join(win.Lock(t, rma.Exclusive, 0),
 				win.Put(src.Local(), t, 0), win.Put(src.Local(), t, half),
-				win.Accumulate([]int64{1}, t, 2*half, rma.Sum),
+				win.Accumulate([]int64{1}, t, counter, rma.Sum),
 				win.Get(seen, t, 0), win.Flush(t)); err != nil {
 				return err
 			}
@@ -104,8 +122,25 @@ func TestLazyLocksExclude(t *testing.T) {
 		for _, c := range counts.Local() {
 			mine += c
 		}
-		if got := win.Local()[2*half]; got != mine {
+		if got := win.Local()[counter]; got != mine {
 			return fmt.Errorf("rank %d: counter %d, want %d", me, got, mine)
+		}
+		// Every rank's last shared stamp here, gathered as the counts were.
+		if err := counts.Fence(0); err != nil {
+			return err
+		}
+		for t := range n {
+			if err := counts.Put(lastShared[t:t+1], t, me); err != nil {
+				return err
+			}
+		}
+		if err := counts.Fence(rma.NoSucceed); err != nil {
+			return err
+		}
+		for r, want := range counts.Local() {
+			if got := win.Local()[slots+r]; r != me && got != want {
+				return fmt.Errorf("rank %d: rank %d's slot holds %d, want its last shared stamp %d", me, r, got, want)
+			}
 		}
 		if err := whole(win.Local()[:2*half], "the final block"); err != nil {
 			return err

@@ -16,8 +16,8 @@ type lockProtocol interface {
 	Close() error
 
 	// Lazy exclusive locks (lazy.go).
-	Lazy(target int) bool
-	Begin(target int) lock.Pending
+	Lazy(target int, exclusive bool) bool
+	Begin(target int, exclusive bool) lock.Pending
 	WithWrite(p *lock.Pending, local transport.Local, remote transport.Remote, n uint32) (bool, error)
 	Confirm(p *lock.Pending) (skipped bool, err error)
 }

@@ -300,16 +300,17 @@ func (win *Window[T]) AwaitLocal(i int, cond func(T) bool) error {
 // transport.ErrTimeout). A goroutine that locks a target twice without
 // unlocking in between therefore waits for the timeout.
 //
-// An exclusive lock may be taken lazily, as MPI allows (MPICH does): where
-// the target is reached through the soft provider and this rank or the
-// target is rank 0 (the lock leader), Lock sends nothing and returns at
-// once, and the lock is taken with the epoch's first operation: a Put of
-// up to 16 KiB from a window's memory carries the lock's atomics and
-// lands only if they found the lock free (else it is made again once the
-// lock is held); any other operation, Flush or Unlock first waits for the
-// lock. Lock, Put and Flush then take one round trip. An epoch with no
-// operation takes nothing, so a lock without operations excludes nothing:
-// to use a lock as a mutex, access the target under it.
+// A lock may be taken lazily, as MPI allows (MPICH does): where the
+// target is reached through the soft provider (for an exclusive lock:
+// and this rank or the target is rank 0, the lock leader), Lock sends
+// nothing and returns at once, and the lock is taken with the epoch's
+// first operation: a Put of up to 16 KiB from a window's memory carries
+// the lock's atomics and lands only if they found the lock free (else it
+// is made again once the lock is held); any other operation, Flush or
+// Unlock first waits for the lock. Lock, Put and Flush then take one
+// round trip. An epoch with no operation takes nothing, so a lock without
+// operations excludes nothing: to use a lock as a mutex, access the
+// target under it.
 func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	if typ != Exclusive && typ != Shared {
 		return win.errf(ErrLockType, "Lock(%d, %v): use rma.Exclusive or rma.Shared", target, typ)
@@ -331,11 +332,11 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	var err error
 	switch {
 	case assert&NoCheck != 0:
-	case typ == Exclusive && win.locks.Lazy(target):
+	case win.locks.Lazy(target, typ == Exclusive):
 		// Taken lazily (lazy.go): nothing is sent before the epoch's first
 		// use, but a peer already known to have failed fails it now.
 		if err = win.w.f.Err(target); err == nil {
-			win.lazy[target] = &lazyLock{p: win.locks.Begin(target)}
+			win.lazy[target] = &lazyLock{p: win.locks.Begin(target, typ == Exclusive)}
 		}
 	default:
 		win.mu.Unlock()

@@ -75,6 +75,16 @@ func (f *Fabric) PostAtomic(r int, a Atomic) (uint64, error) {
 	return f.post(r, a.Op.verbs(), verbs.Signaled, a.Local, 8, a.Remote, a.CompareAdd, a.Swap)
 }
 
+// PostAtomicSoon is PostAtomic for an atomic nobody waits for yet (a
+// lock's release): the provider may hold it briefly to send it with the
+// requests that follow (verbs.Coalesce).
+func (f *Fabric) PostAtomicSoon(r int, a Atomic) (uint64, error) {
+	if a.Op != FetchAddOp && a.Op != CompareSwapOp {
+		return 0, fmt.Errorf("transport: posting an atomic to rank %d: operation %v", r, a.Op)
+	}
+	return f.post(r, a.Op.verbs(), verbs.Signaled|verbs.Coalesce, a.Local, 8, a.Remote, a.CompareAdd, a.Swap)
+}
+
 // ChainMax is the most work requests PostAtomics posts as one chain.
 const ChainMax = 32
 

@@ -588,8 +588,10 @@ const (
 	Fence
 	// Coalesce lets the provider hold a request briefly, to send it with
 	// the requests that follow: a zero-length write with immediate data
-	// (a notification), or a signalled write that nobody waits for yet
-	// (transport signals one in so many so that the send queue drains).
+	// (a notification), a signalled write that nobody waits for yet
+	// (transport signals one in so many so that the send queue drains),
+	// or an atomic nobody waits for yet (a lock's release; soft holds it
+	// at most 20 µs).
 	// The soft provider keeps it in its cork until a request it sends at
 	// once, a poll of or a wait on a completion queue of the context, or
 	// its cork delay (200 µs). Others send it at once. For notifications

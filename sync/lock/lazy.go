@@ -26,9 +26,16 @@ import (
 // atomics in the chain), or this rank is (its Global arrival completes
 // in its post, and the put goes only if it was admitted).
 
-// Pending is an exclusive lock taken lazily, until Confirm.
+// Shared locks (either mode) need only the target's word, which counts
+// lock_all holders too in target mode, and leader mode's lock_all is
+// compatible with them: a lazy shared lock's chain is [FetchAdd(T.Lock,
+// +1), guarded on the exclusive bit and the waiting writers; the put], to
+// any rank whose provider takes guards.
+
+// Pending is a lock taken lazily, until Confirm.
 type Pending struct {
 	t       int
+	shared  bool
 	joined  bool   // this rank held an exclusive lock when it arrived at the Global word
 	seqG    uint64 // the Global arrival, if posted (postedG)
 	seqT    uint64 // the compare-and-swap at t, if posted (postedT)
@@ -43,17 +50,20 @@ func (p *Pending) Target() int { return p.t }
 // Sent reports whether any of the lock's atomics has been posted.
 func (p *Pending) Sent() bool { return p.postedG || p.postedT }
 
-// Lazy reports whether an exclusive lock on target may be taken lazily
-// (Begin): leader mode, another rank, whose provider takes guarded writes,
-// and this rank or target the leader.
-func (l *Locks) Lazy(target int) bool {
-	return !l.target && target != l.me && (l.me == Leader || target == Leader) &&
-		l.c.Direct(target) == nil && l.f.Guards(target) && l.sizeErr() == nil
+// Lazy reports whether a lock on target may be taken lazily (Begin):
+// another rank, whose provider takes guarded writes, and for an exclusive
+// lock leader mode with this rank or target the leader.
+func (l *Locks) Lazy(target int, exclusive bool) bool {
+	ok := target != l.me && l.c.Direct(target) == nil && l.f.Guards(target) && l.sizeErr() == nil
+	if exclusive {
+		ok = ok && !l.target && (l.me == Leader || target == Leader)
+	}
+	return ok
 }
 
-// Begin takes an exclusive lock on target lazily (Lazy said it may): it
-// sends nothing.
-func (l *Locks) Begin(target int) Pending { return Pending{t: target} }
+// Begin takes a lock on target lazily (Lazy said it may): it sends
+// nothing.
+func (l *Locks) Begin(target int, exclusive bool) Pending { return Pending{t: target, shared: !exclusive} }
 
 // WithWrite sends p's atomics with a write of n bytes from local to
 // remote at p's target, guarded by them, and reports whether it did
@@ -67,6 +77,15 @@ func (l *Locks) WithWrite(p *Pending, local transport.Local, remote transport.Re
 	}
 	sl := &l.slots[p.t]
 	c := l.c
+	if p.shared {
+		add := transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(sl.word + 1), Remote: c.RemoteAt(p.t, control.Lock), CompareAdd: 1, Mask: sharedBlockers}
+		seq, err := l.f.PostGuardedWrite(p.t, []transport.Atomic{add}, local, remote, n)
+		if err != nil {
+			return false, err
+		}
+		p.seqT, p.postedT, p.guarded = seq, true, true
+		return true, nil
+	}
 	// Under the mutex, as lockExclusiveLeader: joined and the arrival go
 	// together.
 	l.mu.Lock()
@@ -116,6 +135,9 @@ func (l *Locks) Confirm(p *Pending) (skipped bool, err error) {
 	sl := &l.slots[p.t]
 	var b backoff
 	b.reset(l.f.Timeout())
+	if p.shared {
+		return l.confirmShared(p, sl, &b)
+	}
 	if !p.Sent() {
 		err = l.lockExclusiveLeader(sl, p.t, &b)
 	} else {
@@ -134,6 +156,21 @@ func (l *Locks) Confirm(p *Pending) (skipped bool, err error) {
 	}
 	if err != nil {
 		return false, fmt.Errorf("lock: exclusive lock on rank %d: %w", p.t, err)
+	}
+	return skipped, nil
+}
+
+// confirmShared is Confirm of a shared lock.
+func (l *Locks) confirmShared(p *Pending, sl *slot, b *backoff) (skipped bool, err error) {
+	if !p.Sent() {
+		err = l.lockShared(sl, p.t, b)
+	} else if err = l.f.Await(p.t, p.seqT); err == nil {
+		old := sl.result(1)
+		skipped = old&sharedBlockers != 0
+		err = l.settleShared(sl, p.t, b, old)
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock: shared lock on rank %d: %w", p.t, err)
 	}
 	return skipped, nil
 }

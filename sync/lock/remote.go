@@ -120,7 +120,7 @@ func directAtomic(p *uint64, op transport.AtomicOp, a, b uint64) uint64 {
 // (relTWord or relGWord), which nothing reads. The sequence number is kept
 // for Close.
 func (s *slot) postRelease(r, w int, v uint64, k int) error {
-	seq, err := s.post(r, w, transport.FetchAddOp, v, 0, k)
+	seq, err := s.postSoon(r, w, v, k)
 	if err != nil {
 		return err
 	}
@@ -132,18 +132,39 @@ func (s *slot) postRelease(r, w int, v uint64, k int) error {
 	return nil
 }
 
+// postSoon posts a release (a fetch-and-add of v on rank r's word w, old
+// value in result word k) that nobody waits for: through a network, the
+// provider may hold it a few microseconds to send it with what this rank
+// posts next (transport.PostAtomicSoon: on soft, at most 20 µs, the next
+// lock's atomics going in the same write).
+func (s *slot) postSoon(r, w int, v uint64, k int) (uint64, error) {
+	c := s.l.c
+	if c.Direct(r) != nil {
+		return s.post(r, w, transport.FetchAddOp, v, 0, k)
+	}
+	return s.l.f.PostAtomicSoon(r, transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(s.word + k), Remote: c.RemoteAt(r, w), CompareAdd: v})
+}
+
 // postReleases posts the releases of an exclusive lock on rank t (adds
 // vT to its Lock word) and at the leader's Global word (adds vG), as
-// postRelease posts each, as one chain when t is the leader.
+// postRelease posts each. On the leader itself the release at t leaves at
+// once: its next lock's Global arrival, a request to itself, is awaited
+// (lazy.go), which sends what waits in the cork anyway, on its own.
 func (s *slot) postReleases(t int, vT, vG uint64) error {
-	seqT, err, seqG, errG := s.postPair(req{t, control.Lock, transport.FetchAddOp, vT, 0, relTWord},
-		req{Leader, control.Global, transport.FetchAddOp, vG, 0, relGWord})
+	var seqT uint64
+	var err error
+	if s.l.me == Leader {
+		seqT, err = s.post(t, control.Lock, transport.FetchAddOp, vT, 0, relTWord)
+	} else {
+		seqT, err = s.postSoon(t, control.Lock, vT, relTWord)
+	}
 	if err != nil {
 		return err
 	}
 	s.relT = seqT
-	if errG != nil {
-		return errG
+	seqG, err := s.postSoon(Leader, control.Global, vG, relGWord)
+	if err != nil {
+		return err
 	}
 	s.relG = seqG
 	return nil

@@ -68,19 +68,31 @@ func holder(s uint64) int {
 // which keeps new writers out, and waits for the holder to leave.
 // Lock_all waiters' marks do not concern it.
 func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
+	old, err := sl.add(t, control.Lock, 1)
+	if err != nil {
+		return err
+	}
+	return l.settleShared(sl, t, b, old)
+}
+
+// sharedBlockers are the bits of a Lock word that keep a shared locker
+// out: an exclusive holder or a waiting writer.
+const sharedBlockers = exclusiveBit | writerMask
+
+// settleShared takes a shared lock on t whose count this rank added, the
+// fetch-and-add having returned old (held at once if old has no
+// sharedBlockers).
+func (l *Locks) settleShared(sl *slot, t int, b *backoff, old uint64) error {
 	for {
-		old, err := sl.add(t, control.Lock, 1)
-		if err != nil {
-			return err
-		}
 		switch {
-		case old&(exclusiveBit|writerMask) == 0:
+		case old&sharedBlockers == 0:
 			return nil
 		case old&writerMask == 0:
 			for s := old + 1; s&exclusiveBit != 0; {
 				if err := l.pause(b); err != nil {
 					return withdraw(busyTarget(err, t, s), sl, t, minusShared)
 				}
+				var err error
 				if s, err = sl.read(t, control.Lock); err != nil {
 					return err
 				}
@@ -90,13 +102,18 @@ func (l *Locks) lockShared(sl *slot, t int, b *backoff) error {
 		if _, err := sl.add(t, control.Lock, minusShared); err != nil {
 			return err
 		}
-		for s := old; s&(exclusiveBit|writerMask) != 0; {
+		for s := old; s&sharedBlockers != 0; {
 			if err := l.pause(b); err != nil {
 				return busyTarget(err, t, s)
 			}
+			var err error
 			if s, err = sl.read(t, control.Lock); err != nil {
 				return err
 			}
+		}
+		var err error
+		if old, err = sl.add(t, control.Lock, 1); err != nil {
+			return err
 		}
 	}
 }

@@ -14,10 +14,9 @@ import (
 // request that is sent at once: a signalled or fenced request, an atomic,
 // a fetching accumulate, a write with immediate data or a send, a large
 // write. (An 8-byte accumulate stream went from one system call per
-// accumulate, 0.6-0.8 MB/s, to 10-12 MB/s.) (Atomics are not held back: the synchronization
-// above posts them as signals that nobody waits for, such as PSCW's
-// complete, and bulk atomics come as chains whose last request is
-// signalled anyway.) The cork is also sent when it is full, when a
+// accumulate, 0.6-0.8 MB/s, to 10-12 MB/s.) Atomics are held back only
+// when posted with verbs.Coalesce (a lock's release nobody waits for),
+// and then at most corkAtomicDelay: other ranks may wait for it. The cork is also sent when it is full, when a
 // completion queue of the context is polled or waited on, when the
 // context is driven (device.Progress), at Close, and at the latest
 // corkDelay after its first frame, so that a request posted and followed
@@ -71,9 +70,16 @@ func coalescable(kind uint8, signaled, fenced, coalesce bool, n uint64) bool {
 		return !signaled || coalesce
 	case kReqWriteImm:
 		return coalesce && !signaled && n == 0
+	case kReqFAA, kReqCAS:
+		return coalesce // a lock's release nobody waits for (corkAtomicDelay)
 	}
 	return false
 }
+
+// corkAtomicDelay bounds how long an atomic waits in the cork when
+// nothing else sends it: a lock's release, which other ranks may be
+// waiting for.
+const corkAtomicDelay = 20 * time.Microsecond
 
 // corkFrame appends f and its payload (a write's data or an accumulate's
 // operand, copied) to the
@@ -98,6 +104,10 @@ func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
 		}
 	}
 	q.corkLen = off
+	if f.kind == kReqFAA || f.kind == kReqCAS {
+		q.corkArmed = true
+		q.corkTimer.Reset(min(corkAtomicDelay, q.ctx.corkDelay))
+	}
 	if !q.corked.Load() {
 		q.corked.Store(true)
 		q.ctx.prog.ncorked.Add(1)

@@ -575,3 +575,44 @@ func TestSignalledWriteCoalesced(t *testing.T) {
 		t.Fatalf("target holds %v, want %v", b.buf[:32], a.buf[:32])
 	}
 }
+
+// An atomic posted with Coalesce (a lock's release nobody waits for yet)
+// waits in the cork: alone it still arrives (the cork's timer, at most
+// corkAtomicDelay), and before a later request it executes first, in
+// order; both old values come back exact.
+func TestCoalescedAtomic(t *testing.T) {
+	a, b := connected(t, 4096)
+	binary.LittleEndian.PutUint64(b.buf[0:], 40)
+	faa := verbs.SendWR{ID: 1, Op: verbs.OpFetchAdd, Flags: verbs.Signaled | verbs.Coalesce, SGL: a.sge(64, 8),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 2}
+	if _, err := a.qp.PostSend(&faa); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != 1 || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("%+v", wc)
+	}
+	if old := binary.LittleEndian.Uint64(a.buf[64:]); old != 40 {
+		t.Fatalf("old value %d, want 40", old)
+	}
+	// Corked, then a compare-and-swap that only succeeds after it.
+	faa.ID = 2
+	if _, err := a.qp.PostSend(&faa); err != nil {
+		t.Fatal(err)
+	}
+	cas := verbs.SendWR{ID: 3, Op: verbs.OpCompareSwap, Flags: verbs.Signaled, SGL: a.sge(72, 8),
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), CompareAdd: 44, Swap: 7}
+	if _, err := a.qp.PostSend(&cas); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uint64{2, 3} {
+		if wc := waitOne(t, a.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
+			t.Fatalf("want completion %d: %+v", id, wc)
+		}
+	}
+	if old := binary.LittleEndian.Uint64(a.buf[72:]); old != 44 {
+		t.Fatalf("compare-and-swap saw %d, want 44 (the corked add first)", old)
+	}
+	if got := binary.LittleEndian.Uint64(b.buf[0:]); got != 7 {
+		t.Fatalf("word %d, want 7", got)
+	}
+}
