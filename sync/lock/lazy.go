@@ -63,7 +63,9 @@ func (l *Locks) Lazy(target int, exclusive bool) bool {
 
 // Begin takes a lock on target lazily (Lazy said it may): it sends
 // nothing.
-func (l *Locks) Begin(target int, exclusive bool) Pending { return Pending{t: target, shared: !exclusive} }
+func (l *Locks) Begin(target int, exclusive bool) Pending {
+	return Pending{t: target, shared: !exclusive}
+}
 
 // WithWrite sends p's atomics with a write of n bytes from local to
 // remote at p's target, guarded by them, and reports whether it did
