@@ -36,10 +36,8 @@ func TestLazyLocksExclude(t *testing.T) {
 		me := w.Rank()
 		seen := make([]int64, 2*half)
 		whole := func(b []int64, where string) error {
-			for i := range b {
-				if b[i] != b[0] {
-					return fmt.Errorf("rank %d: %s torn: element %d = %d, element 0 = %d", me, where, i, b[i], b[0])
-				}
+			if err := wholeBlock(b); err != nil {
+				return fmt.Errorf("rank %d: %s: %w", me, where, err)
 			}
 			return nil
 		}
@@ -102,39 +100,22 @@ func TestLazyLocksExclude(t *testing.T) {
 			return err
 		}
 		// Every rank's count of its rounds on each target, summed at the
-		// target through its counter.
-		var mine int64
+		// target through its counter; every rank's last shared stamp here.
 		counts, err := rma.Allocate[int64](w, n)
 		if err != nil {
 			return err
 		}
-		if err := counts.Fence(0); err != nil {
+		if err := exchange(counts, locked); err != nil {
 			return err
 		}
-		for t := range n {
-			if err := counts.Put(locked[t:t+1], t, me); err != nil {
-				return err
-			}
-		}
-		if err := counts.Fence(rma.NoSucceed); err != nil {
-			return err
-		}
+		var mine int64
 		for _, c := range counts.Local() {
 			mine += c
 		}
 		if got := win.Local()[counter]; got != mine {
 			return fmt.Errorf("rank %d: counter %d, want %d", me, got, mine)
 		}
-		// Every rank's last shared stamp here, gathered as the counts were.
-		if err := counts.Fence(0); err != nil {
-			return err
-		}
-		for t := range n {
-			if err := counts.Put(lastShared[t:t+1], t, me); err != nil {
-				return err
-			}
-		}
-		if err := counts.Fence(rma.NoSucceed); err != nil {
+		if err := exchange(counts, lastShared); err != nil {
 			return err
 		}
 		for r, want := range counts.Local() {
@@ -147,6 +128,20 @@ func TestLazyLocksExclude(t *testing.T) {
 		}
 		return errors.Join(counts.Free(), src.Free(), win.Free())
 	})
+}
+
+// exchange puts vals[t] into element rank of every rank t's window (an
+// all-to-all of one element per pair), between two fences.
+func exchange(win *rma.Window[int64], vals []int64) error {
+	if err := win.Fence(0); err != nil {
+		return err
+	}
+	for t := range vals {
+		if err := win.Put(vals[t:t+1], t, win.World().Rank()); err != nil {
+			return err
+		}
+	}
+	return win.Fence(rma.NoSucceed)
 }
 
 // TestLazyLockWithoutOperations: an exclusive lock with no operation, or

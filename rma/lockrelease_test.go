@@ -102,51 +102,10 @@ func TestExclusivePutsNeverInterleave(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				me := int64(w.Rank())
-				stamp, seen := make([]int64, half), make([]int64, 2*half)
-				for round := int64(1); round <= rounds && me != 0; round++ {
-					if err := win.Lock(0, rma.Exclusive, 0); err != nil {
-						return err
-					}
-					if round%2 == 1 {
-						if err := win.Get(seen, 0, 0); err != nil {
-							return err
-						}
-						if err := win.Flush(0); err != nil {
-							return err
-						}
-						for i := range seen {
-							if seen[i] != seen[0] {
-								return fmt.Errorf("rank %d round %d: block torn under an exclusive lock: element %d = %d, element 0 = %d", me, round, i, seen[i], seen[0])
-							}
-						}
-					}
-					for i := range stamp {
-						stamp[i] = me*1000 + round
-					}
-					if err := win.Put(stamp, 0, 0); err != nil {
-						return err
-					}
-					if err := win.Put(stamp, 0, half); err != nil {
-						return err
-					}
-					if err := win.Unlock(0); err != nil {
-						return err
-					}
-				}
-				if err := w.Barrier(); err != nil {
+				if err := exclusiveRounds(w, win, rounds, half, 2, func(stamp []int64) error {
+					return errors.Join(win.Put(stamp, 0, 0), win.Put(stamp, 0, half))
+				}); err != nil {
 					return err
-				}
-				if me == 0 {
-					b := win.Local()
-					if b[0]%1000 != rounds {
-						return fmt.Errorf("final stamp %d, want some rank's last round %d", b[0], rounds)
-					}
-					for i := range b {
-						if b[i] != b[0] {
-							return fmt.Errorf("final block torn: element %d = %d, element 0 = %d", i, b[i], b[0])
-						}
-					}
 				}
 				return win.Free()
 			})
@@ -170,53 +129,71 @@ func TestExclusiveAccumulatesNeverInterleave(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		me := int64(w.Rank())
-		stamp, seen := make([]int64, half), make([]int64, 2*half)
-		for round := int64(1); round <= rounds && me != 0; round++ {
-			if err := win.Lock(0, rma.Exclusive, 0); err != nil {
-				return err
-			}
-			if round%3 == 0 {
-				if err := win.Get(seen, 0, 0); err != nil {
-					return err
-				}
-				if err := win.Flush(0); err != nil {
-					return err
-				}
-				for i := range seen {
-					if seen[i] != seen[0] {
-						return fmt.Errorf("rank %d round %d: block torn under an exclusive lock: element %d = %d, element 0 = %d", me, round, i, seen[i], seen[0])
-					}
-				}
-			}
-			for i := range stamp {
-				stamp[i] = me*1000 + round
-			}
-			if err := errors.Join(win.Accumulate(stamp, 0, 0, rma.Replace), win.Accumulate(stamp, 0, half, rma.Replace),
-				win.Accumulate([]int64{1}, 0, 2*half, rma.Sum)); err != nil {
-				return err
-			}
-			if err := win.Unlock(0); err != nil {
-				return err
-			}
-		}
-		if err := w.Barrier(); err != nil {
+		if err := exclusiveRounds(w, win, rounds, half, 3, func(stamp []int64) error {
+			return errors.Join(win.Accumulate(stamp, 0, 0, rma.Replace), win.Accumulate(stamp, 0, half, rma.Replace),
+				win.Accumulate([]int64{1}, 0, 2*half, rma.Sum))
+		}); err != nil {
 			return err
 		}
-		if me == 0 {
-			b := win.Local()
-			if got, want := b[2*half], int64((n-1)*rounds); got != want {
+		if w.Rank() == 0 {
+			if got, want := win.Local()[2*half], int64((n-1)*rounds); got != want {
 				return fmt.Errorf("counter %d, want %d", got, want)
-			}
-			if b[0]%1000 != rounds {
-				return fmt.Errorf("final stamp %d, want some rank's last round %d", b[0], rounds)
-			}
-			for i := range b[:2*half] {
-				if b[i] != b[0] {
-					return fmt.Errorf("final block torn: element %d = %d, element 0 = %d", i, b[i], b[0])
-				}
 			}
 		}
 		return win.Free()
 	})
+}
+
+// exclusiveRounds runs the rounds of the NeverInterleave tests: every rank
+// but 0 takes an exclusive lock on rank 0, in one round of every readEvery
+// first reads the block (win's first 2*half elements) back and checks it
+// whole, writes its stamp (rank*1000 + round) with write, and unlocks.
+// After a barrier, rank 0 checks the final block whole and stamped by
+// some rank's last round.
+func exclusiveRounds(w *rma.World, win *rma.Window[int64], rounds int64, half int, readEvery int64, write func(stamp []int64) error) error {
+	me := int64(w.Rank())
+	stamp, seen := make([]int64, half), make([]int64, 2*half)
+	for round := int64(1); round <= rounds && me != 0; round++ {
+		if err := win.Lock(0, rma.Exclusive, 0); err != nil {
+			return err
+		}
+		if round%readEvery == 1%readEvery {
+			if err := errors.Join(win.Get(seen, 0, 0), win.Flush(0)); err != nil {
+				return err
+			}
+			if err := wholeBlock(seen); err != nil {
+				return fmt.Errorf("rank %d round %d: under an exclusive lock: %w", me, round, err)
+			}
+		}
+		for i := range stamp {
+			stamp[i] = me*1000 + round
+		}
+		if err := errors.Join(write(stamp), win.Unlock(0)); err != nil {
+			return err
+		}
+	}
+	if err := w.Barrier(); err != nil {
+		return err
+	}
+	if me != 0 {
+		return nil
+	}
+	b := win.Local()[:2*half]
+	if b[0]%1000 != rounds {
+		return fmt.Errorf("final stamp %d, want some rank's last round %d", b[0], rounds)
+	}
+	if err := wholeBlock(b); err != nil {
+		return fmt.Errorf("final block: %w", err)
+	}
+	return nil
+}
+
+// wholeBlock checks that every element of b equals the first.
+func wholeBlock(b []int64) error {
+	for i := range b {
+		if b[i] != b[0] {
+			return fmt.Errorf("block torn: element %d = %d, element 0 = %d", i, b[i], b[0])
+		}
+	}
+	return nil
 }
