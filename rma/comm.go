@@ -23,7 +23,7 @@ func (win *Window[T]) Put(origin []T, target, disp int) error {
 // element disp, into origin. The data is in origin after the
 // synchronization that ends the epoch; do not read origin before then.
 func (win *Window[T]) Get(origin []T, target, disp int) error {
-	_, err := win.transfer(false, origin, target, disp, false)
+	_, err := win.transfer(false, origin, target, disp, true)
 	return win.callErr("Get", target, disp, err)
 }
 
@@ -62,10 +62,10 @@ func (win *Window[T]) check(target, disp, count int) error {
 // It holds win.mu while it posts (so that a concurrent Unlock, Complete or
 // Fence covers the operation or refuses it), which never waits for a peer:
 // at most for send-queue or bounce-buffer space, which the NIC frees.
-// carry: a put whose request nobody waits for (Put, not RPut), which may
-// carry a lazy lock's atomics (lazy.go).
+// carry: a put or get whose request nobody waits for (Put and Get, not
+// RPut and RGet), which may carry a lazy lock's atomics (lazy.go).
 func (win *Window[T]) transfer(put bool, origin []T, target, disp int, carry bool) (Request, error) {
-	carry = carry && put && len(origin)*win.esize <= transport.MaxGuardedWrite
+	carry = carry && len(origin)*win.esize <= transport.MaxGuardedWrite
 	for {
 		req, again, err := win.transferOnce(put, origin, target, disp, carry)
 		if !again {
@@ -113,17 +113,21 @@ func (win *Window[T]) transferOnce(put bool, origin []T, target, disp int, carry
 	p := unsafe.Pointer(unsafe.SliceData(origin))
 	local, registered := w.local(p, uintptr(n))
 	if lz := win.lazyAt(target); lz != nil {
-		// lockReadyFor let a put through to carry the lazy lock's
-		// atomics (lazy.go): from registered memory only.
+		// lockReadyFor let a put or get through to carry the lazy lock's
+		// atomics (lazy.go): to or from registered memory only.
 		if !registered || direct != nil {
 			return Request{}, true, nil
 		}
-		sent, err := win.carryLock(lz, target, local, remote, n)
+		sent, err := win.carryLock(lz, target, !put, local, remote, n)
 		if err != nil || !sent {
 			return Request{}, !sent && err == nil, err
 		}
 		win.opsOn(target)
-		win.puts, win.putTo[target] = true, true
+		if put {
+			win.puts, win.putTo[target] = true, true
+		} else {
+			win.reads[target] |= pendingReads
+		}
 		return Request{}, false, nil
 	}
 	win.opsOn(target)

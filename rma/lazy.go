@@ -11,13 +11,14 @@ import (
 // target's provider takes guarded writes (soft), Lock(target, Shared), and
 // Lock(target, Exclusive) if this rank or the target is the lock leader,
 // send nothing and return; the epoch is open. The epoch's first operation,
-// if it is a Put of at most transport.MaxGuardedWrite bytes from
-// registered memory, carries the lock's atomics: they and the put go as
+// if it is a Put or Get of at most transport.MaxGuardedWrite bytes from or
+// to registered memory, carries the lock's atomics: they and the put go as
 // one chain, and the target executes the put only if they found the lock
-// free. Anything else to the target first confirms the lock (waits for
-// the atomics' answers, or sends them and waits, as Lock would, and takes
-// the slow way if the lock was not free, posting the put again once it is
-// held): a Get, an accumulate or atomic, a second Put, Flush, Unlock.
+// free (a get it runs anyway: it changes nothing there). Anything else to
+// the target first confirms the lock (waits for the atomics' answers, or
+// sends them and waits, as Lock would, and takes the slow way if the lock
+// was not free, making the put or get again once it is held): an
+// accumulate or atomic, a second Put or Get, Flush, Unlock.
 // Unlock of a lazy lock that sent nothing sends nothing: no operation,
 // nothing held. Lock, Put and Flush so take one round trip, not two.
 //
@@ -33,9 +34,11 @@ type lazyLock struct {
 	confirming bool  // a goroutine confirms it; others wait
 	err        error // the confirmation (or the put carrying the atomics) failed
 
-	// The put that carried the atomics, to post again if it was skipped
-	// (its origin is not modified before the epoch ends: Put's contract).
-	put    bool
+	// The put or get that carried the atomics, to make again if the lock
+	// was not free (a put's origin is not modified before the epoch ends,
+	// nor a get's read before it: their contracts).
+	put    bool // a put or get went
+	read   bool // it was a get
 	local  transport.Local
 	remote transport.Remote
 	n      uint32
@@ -89,24 +92,33 @@ func (win *Window[T]) settleLazy(target int, unsentOK bool) error {
 // atomics was skipped, posts it again; without win.mu.
 func (win *Window[T]) confirmLazy(target int, lz *lazyLock) error {
 	skipped, err := win.locks.Confirm(&lz.p)
-	if err == nil && skipped && lz.put {
+	switch {
+	case err != nil || !skipped || !lz.put:
+	case lz.read:
+		_, err = win.w.f.Read(target, lz.local, lz.remote, lz.n)
+	default:
 		_, err = win.w.f.Write(target, lz.local, lz.remote, lz.n)
 	}
 	return err
 }
 
 // carryLock sends lz's atomics with a put of n bytes from the registered
-// origin at local to remote, and reports whether it did; win.mu held. Not
-// sent: the caller confirms the lock first, then puts as usual.
-func (win *Window[T]) carryLock(lz *lazyLock, target int, local transport.Local, remote transport.Remote, n int) (bool, error) {
-	sent, err := win.locks.WithWrite(&lz.p, local, remote, uint32(n))
+// origin at local to remote (read: a get from remote into local), and
+// reports whether it did; win.mu held. Not sent: the caller confirms the
+// lock first, then goes on as usual.
+func (win *Window[T]) carryLock(lz *lazyLock, target int, read bool, local transport.Local, remote transport.Remote, n int) (bool, error) {
+	with := win.locks.WithWrite
+	if read {
+		with = win.locks.WithRead
+	}
+	sent, err := with(&lz.p, local, remote, uint32(n))
 	if err != nil {
 		lz.err = win.wrapf(err, "Lock(%d), sent with the epoch's first put", target)
 		win.changedState()
 		return false, lz.err
 	}
 	if sent {
-		lz.put, lz.local, lz.remote, lz.n = true, local, remote, uint32(n)
+		lz.put, lz.read, lz.local, lz.remote, lz.n = true, read, local, remote, uint32(n)
 	}
 	return sent, nil
 }

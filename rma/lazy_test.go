@@ -33,6 +33,10 @@ func TestLazyLocksExclude(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		dst, err := rma.Allocate[int64](w, 2*half) // registered: a first Get into it may carry the lock
+		if err != nil {
+			return err
+		}
 		me := w.Rank()
 		seen := make([]int64, 2*half)
 		whole := func(b []int64, where string) error {
@@ -67,11 +71,12 @@ func TestLazyLocksExclude(t *testing.T) {
 				src.Local()[i] = stamp
 			}
 			if round%4 == 3 {
-				if err := errors.Join(win.Lock(t, rma.Shared, 0), win.Put(src.Local()[:1], t, slots+me),
-					win.Get(seen, t, 0), win.Flush(t)); err != nil {
+				// A shared lock whose first operation, a get, carries it.
+				if err := errors.Join(win.Lock(t, rma.Shared, 0), win.Get(dst.Local(), t, 0),
+					win.Put(src.Local()[:1], t, slots+me), win.Flush(t)); err != nil {
 					return err
 				}
-				if err := whole(seen, fmt.Sprintf("rank %d's block under a shared lock", t)); err != nil {
+				if err := whole(dst.Local(), fmt.Sprintf("rank %d's block under a shared lock", t)); err != nil {
 					return err
 				}
 				if err := win.Unlock(t); err != nil {
@@ -126,7 +131,7 @@ func TestLazyLocksExclude(t *testing.T) {
 		if err := whole(win.Local()[:2*half], "the final block"); err != nil {
 			return err
 		}
-		return errors.Join(counts.Free(), src.Free(), win.Free())
+		return errors.Join(counts.Free(), dst.Free(), src.Free(), win.Free())
 	})
 }
 

@@ -19,6 +19,7 @@ type lockProtocol interface {
 	Lazy(target int, exclusive bool) bool
 	Begin(target int, exclusive bool) lock.Pending
 	WithWrite(p *lock.Pending, local transport.Local, remote transport.Remote, n uint32) (bool, error)
+	WithRead(p *lock.Pending, local transport.Local, remote transport.Remote, n uint32) (bool, error)
 	Confirm(p *lock.Pending) (skipped bool, err error)
 }
 

@@ -304,11 +304,11 @@ func (win *Window[T]) AwaitLocal(i int, cond func(T) bool) error {
 // target is reached through the soft provider (for an exclusive lock:
 // and this rank or the target is rank 0, the lock leader), Lock sends
 // nothing and returns at once, and the lock is taken with the epoch's
-// first operation: a Put of up to 16 KiB from a window's memory carries
-// the lock's atomics and lands only if they found the lock free (else it
-// is made again once the lock is held); any other operation, Flush or
-// Unlock first waits for the lock. Lock, Put and Flush then take one
-// round trip. An epoch with no operation takes nothing, so a lock without
+// first operation: a Put or Get of up to 16 KiB from or into a window's
+// memory carries the lock's atomics, a Put landing only if they found the
+// lock free (else it is made again once the lock is held, as is a Get);
+// any other operation, Flush or Unlock first waits for the lock. Lock,
+// Put (or Get) and Flush then take one round trip. An epoch with no operation takes nothing, so a lock without
 // operations excludes nothing: to use a lock as a mutex, access the
 // target under it.
 func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {

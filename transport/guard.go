@@ -25,8 +25,21 @@ const MaxGuardedWrite = verbs.MaxGuardedWrite
 // write completes whether it was executed or skipped). Only where Guards
 // says so; n at most MaxGuardedWrite; guards one to three.
 func (f *Fabric) PostGuardedWrite(r int, guards []Atomic, local Local, remote Remote, n uint32) (uint64, error) {
+	return f.postGuarded(r, guards, verbs.OpWrite, local, remote, n)
+}
+
+// PostGuardedRead is PostGuardedWrite for a read of n bytes from remote
+// into local, which the target runs whatever the guards found (a read
+// changes nothing there): if they did not hold, its data may be torn,
+// and the caller reads again once the lock is held.
+func (f *Fabric) PostGuardedRead(r int, guards []Atomic, local Local, remote Remote, n uint32) (uint64, error) {
+	return f.postGuarded(r, guards, verbs.OpRead, local, remote, n)
+}
+
+// postGuarded posts guards and then a write (guarded) or read as one chain.
+func (f *Fabric) postGuarded(r int, guards []Atomic, op verbs.Opcode, local Local, remote Remote, n uint32) (uint64, error) {
 	if len(guards) == 0 || len(guards) > 3 || n > MaxGuardedWrite {
-		return 0, fmt.Errorf("transport: a guarded write of %d bytes with %d guards", n, len(guards))
+		return 0, fmt.Errorf("transport: a guarded %v of %d bytes with %d guards", op, n, len(guards))
 	}
 	if !f.Guards(r) {
 		return 0, fmt.Errorf("transport: rank %d's provider takes no guarded writes", r)
@@ -49,7 +62,10 @@ func (f *Fabric) PostGuardedWrite(r int, guards []Atomic, local Local, remote Re
 	}
 	k := len(guards)
 	p.chainSGE[k] = verbs.SGE{Addr: local.Addr, Length: n, LKey: f.lkeyOn(local.LKey, p.ci)}
-	p.chain[k] = verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Guarded, SGL: p.chainSGE[k : k+1], RemoteAddr: remote.Addr, RKey: remote.RKey}
+	p.chain[k] = verbs.SendWR{Op: op, SGL: p.chainSGE[k : k+1], RemoteAddr: remote.Addr, RKey: remote.RKey}
+	if op == verbs.OpWrite {
+		p.chain[k].Flags = verbs.Guarded
+	}
 	if n == 0 {
 		p.chain[k].SGL = nil
 	}

@@ -17,7 +17,9 @@ import (
 // then waits for the atomics' answers, which come with the put's, and
 // takes the lock the slow way if they did not find it free; the put was
 // skipped then, and package rma posts it again once the lock is held.
-// Lock, Put and Flush so cost one round trip instead of two.
+// Lock, Put and Flush so cost one round trip instead of two. A first Get
+// goes the same way (WithRead), unguarded: a read changes nothing at the
+// target, and one made without the lock is made again once it is held.
 //
 // The guard covers every rank that could access the target only if both
 // words are behind it: the leader's Global word (lock_all holders are
@@ -41,7 +43,7 @@ type Pending struct {
 	seqT    uint64 // the compare-and-swap at t, if posted (postedT)
 	postedG bool
 	postedT bool
-	guarded bool // a write went with the atomics, guarded by them
+	carried bool // a write (guarded by them) or a read went with the atomics
 }
 
 // Target is the rank the lock is on.
@@ -74,6 +76,22 @@ func (l *Locks) Begin(target int, exclusive bool) Pending {
 // or, this rank being the leader, a Global arrival that was not
 // admitted). It waits for no peer.
 func (l *Locks) WithWrite(p *Pending, local transport.Local, remote transport.Remote, n uint32) (posted bool, err error) {
+	return l.with(p, false, local, remote, n)
+}
+
+// WithRead is WithWrite for a read of n bytes from remote into local. The
+// target runs it whatever the atomics found; if they did not find the
+// lock free, Confirm says so (skipped) and the caller reads again.
+func (l *Locks) WithRead(p *Pending, local transport.Local, remote transport.Remote, n uint32) (posted bool, err error) {
+	return l.with(p, true, local, remote, n)
+}
+
+// with is WithWrite (read false) and WithRead.
+func (l *Locks) with(p *Pending, read bool, local transport.Local, remote transport.Remote, n uint32) (posted bool, err error) {
+	post := l.f.PostGuardedWrite
+	if read {
+		post = l.f.PostGuardedRead
+	}
 	if p.Sent() || n > transport.MaxGuardedWrite {
 		return false, nil
 	}
@@ -81,11 +99,11 @@ func (l *Locks) WithWrite(p *Pending, local transport.Local, remote transport.Re
 	c := l.c
 	if p.shared {
 		add := transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(sl.word + 1), Remote: c.RemoteAt(p.t, control.Lock), CompareAdd: 1, Mask: sharedBlockers}
-		seq, err := l.f.PostGuardedWrite(p.t, []transport.Atomic{add}, local, remote, n)
+		seq, err := post(p.t, []transport.Atomic{add}, local, remote, n)
 		if err != nil {
 			return false, err
 		}
-		p.seqT, p.postedT, p.guarded = seq, true, true
+		p.seqT, p.postedT, p.carried = seq, true, true
 		return true, nil
 	}
 	// Under the mutex, as lockExclusiveLeader: joined and the arrival go
@@ -99,11 +117,11 @@ func (l *Locks) WithWrite(p *Pending, local transport.Local, remote transport.Re
 		if !p.joined {
 			arrival.Mask = classExcl.admitMask()
 		}
-		seq, err := l.f.PostGuardedWrite(p.t, []transport.Atomic{arrival, cas}, local, remote, n)
+		seq, err := post(p.t, []transport.Atomic{arrival, cas}, local, remote, n)
 		if err != nil {
 			return false, err
 		}
-		p.seqG, p.seqT, p.postedG, p.postedT, p.guarded = seq, seq, true, true, true
+		p.seqG, p.seqT, p.postedG, p.postedT, p.carried = seq, seq, true, true, true
 		return true, nil
 	}
 	// This rank is the leader: its arrival completes in the post.
@@ -118,13 +136,13 @@ func (l *Locks) WithWrite(p *Pending, local transport.Local, remote transport.Re
 	if !p.joined && !classExcl.admits(sl.result(0)) {
 		return false, nil // Confirm waits for lock_all's phase to end
 	}
-	seq, err := l.f.PostGuardedWrite(p.t, []transport.Atomic{cas}, local, remote, n)
+	seq, err := post(p.t, []transport.Atomic{cas}, local, remote, n)
 	if err != nil {
 		// Nothing reached the target: give the arrival back.
 		p.postedG = false
 		return false, errors.Join(err, l.releaseGlobal(sl, classExcl))
 	}
-	p.seqT, p.postedT, p.guarded = seq, true, true
+	p.seqT, p.postedT, p.carried = seq, true, true
 	return true, nil
 }
 
@@ -153,7 +171,7 @@ func (l *Locks) Confirm(p *Pending) (skipped bool, err error) {
 			l.mu.Lock()
 			l.nexcl.Add(1)
 			l.mu.Unlock()
-			skipped = p.guarded && !free
+			skipped = p.carried && !free
 		}
 	}
 	if err != nil {
