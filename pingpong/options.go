@@ -20,6 +20,7 @@ type common struct {
 	window   string // allocate or create
 	quick    bool
 	noProg   bool
+	cpuProf  string // -cpuprofile: each rank's CPU profile goes to this path plus "." and its rank
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -29,6 +30,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.window, "w", "allocate", "window kind: allocate (library memory) or create (a Go slice)")
 	fs.BoolVar(&c.quick, "quick", false, "a few small sizes and few repetitions (smoke test)")
 	fs.BoolVar(&c.noProg, "no-progress", false, "no progress lines on stderr")
+	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write each rank's CPU profile to `file`.RANK (for go tool pprof)")
 }
 
 func (c *common) check() error {

@@ -100,6 +100,7 @@ type job struct {
 	out    io.Writer
 	prog   *progress
 	head   string // the table header last printed
+	prof   *cpuProfile
 }
 
 // startJob joins the rmarun job and checks its size.
@@ -135,6 +136,10 @@ func startJob(opt *common, name string, minRanks, maxRanks int) (*job, error) {
 		fmt.Fprintf(j.out, "# rank 0 reaches %s\n", describePeers(peers))
 	}
 	j.prog = newProgress(w.Rank() == 0 && !opt.noProg, os.Stderr)
+	if j.prof, err = startCPUProfile(opt.cpuProf, w.Rank()); err != nil {
+		w.Close()
+		return nil, err
+	}
 	return j, nil
 }
 
@@ -162,6 +167,9 @@ func (j *job) finish(runErr error) error {
 		}
 	}
 	j.prog.done()
+	if err := j.prof.stop(); err != nil && runErr == nil {
+		runErr = err
+	}
 	if runErr != nil {
 		// Leave at once: the other ranks may be stuck in a collective that
 		// this rank will never join; rmarun stops them when this one exits.
