@@ -62,6 +62,10 @@ type pctx struct {
 	// copies: PostSend has taken a write's payload when it returns
 	// (verbs.DeviceAttr.PostCopiesPayload).
 	copies bool
+	// cheapSignals: a signalled request costs no message of its own
+	// (verbs.DeviceAttr.CheapSignals): a request posted to an idle peer
+	// is signalled, so that the Flush behind it posts nothing.
+	cheapSignals bool
 }
 
 // shmName is the node-local provider's registered name.
@@ -152,6 +156,7 @@ func (f *Fabric) addContext(name string, ctx verbs.Context) *pctx {
 	c.atomsInOrder = ctx.Attr().AtomicsInOrder
 	c.guards = ctx.Attr().Guards
 	c.copies = ctx.Attr().PostCopiesPayload
+	c.cheapSignals = ctx.Attr().CheapSignals
 	f.ctxs = append(f.ctxs, c)
 	f.multi = len(f.ctxs) > 1
 	if c.prog != nil {

@@ -44,6 +44,11 @@ func (f *Fabric) postLocked(p *peer, wr *verbs.SendWR) (uint64, error) {
 			return 0, err
 		}
 	}
+	if p.c.cheapSignals && p.done.Load()+1 == seq {
+		// Nothing else is outstanding: a Flush that follows waits for
+		// this request instead of posting its own.
+		wr.Flags |= verbs.Signaled
+	}
 	if seq-p.lastSignaled >= signalGap {
 		if wr.Flags&verbs.Signaled == 0 && wr.Op == verbs.OpWrite {
 			// Signalled only so that the queue drains: nobody waits for

@@ -227,6 +227,15 @@ type DeviceAttr struct {
 	// Guards: the provider takes the send flags GuardSet, GuardAnd and
 	// Guarded (soft), for writes of at most MaxGuardedWrite bytes.
 	Guards bool
+	// CheapSignals: signalling a request costs only its completion, never
+	// a message of its own on the wire (a NIC's reliable connection
+	// acknowledges every request, signalled or not; ibv). The transport
+	// then signals a request posted while nothing else to its peer is
+	// outstanding, so that a flush right behind it waits for that request
+	// instead of posting one of its own. Where a signalled request makes
+	// the responder answer (soft), a burst of puts would cost answers
+	// nobody waits for.
+	CheapSignals bool
 }
 
 // MaxGuardedWrite bounds a guarded write's length: the responder reads a

@@ -254,6 +254,8 @@ func openAt(l **C.struct_ibv_device, i int, name string, port int) (*devContext,
 		MTU:        mtuBytes(c.mtuEnum),
 		LinkLayer:  ll,
 		PortActive: pa.state == C.IBV_PORT_ACTIVE,
+		// RC acknowledges every request: a signal adds only a CQE.
+		CheapSignals: true,
 	}
 	if devs, _ := SysDevices(); devs != nil {
 		for _, d := range devs {
