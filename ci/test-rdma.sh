@@ -27,7 +27,7 @@ exec "$ROOT/ci/softroce/run.sh" --perftest \
   --bin "$BIN/rmarun" --bin "$BIN/pingpong" --bin "$BIN/ibv.test" --bin "$BIN/rma.test" --bin "$BIN/transport.test" \
   "$@" -- \
   "ibv.test -test.count=1" \
-  "RMAGO_PROVIDER=ibv transport.test -test.count=1 -test.v -test.run 'TestBarrierAndAllgather|TestLeaveBarrierDelivers|TestFlushAfterManyUnsignaled'" \
+  "RMAGO_PROVIDER=ibv transport.test -test.count=1 -test.v -test.run 'TestBarrierAndAllgather|TestLeaveBarrierDelivers|TestFlushAfterManyUnsignaled|TestFlushBehindIdleRequest'" \
   "$ENVS $RUN -n 2 rma.test -test.count=1" \
   "$ENVS $RUN -n 3 rma.test -test.count=1" \
   "$ENVS $RUN -n 4 rma.test -test.count=1" \

@@ -311,3 +311,61 @@ func TestPostAtomics(t *testing.T) {
 		return nil
 	})
 }
+
+// TestFlushBehindIdleRequest: where signals are cheap (ibv; forced here on
+// any provider), a write posted while nothing to its peer is outstanding
+// is signalled, and the Flush behind it posts no request of its own but
+// still returns only once the write has landed.
+func TestFlushBehindIdleRequest(t *testing.T) {
+	openJob(t, 2, func(f *Fabric) error {
+		for _, c := range f.ctxs {
+			if !c.atPost {
+				c.cheapSignals = true
+			}
+		}
+		mem, mr, all, done, err := sharedPage(f)
+		if err != nil {
+			return err
+		}
+		defer done()
+		if f.Rank() == 0 {
+			p, err := f.peerOf(1)
+			if err != nil {
+				return err
+			}
+			if err := f.Flush(1); err != nil { // the exchange's requests
+				return err
+			}
+			src := mem.Bytes()[8:16]
+			for i := range 20 {
+				putU64(src, uint64(100+i))
+				wr := verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{{Addr: mr.Addr() + 8, Length: 8, LKey: mr.LKey()}}, RemoteAddr: getU64(all[1]) + 64, RKey: getU32(all[1][8:])}
+				seq, err := f.Post(1, &wr)
+				if err != nil {
+					return err
+				}
+				if p.c.atPost {
+					continue
+				}
+				if wr.Flags&verbs.Signaled == 0 {
+					return fmt.Errorf("write %d to an idle peer not signalled", i)
+				}
+				if err := f.Flush(1); err != nil {
+					return err
+				}
+				if got := p.posted.Load(); got != seq {
+					return fmt.Errorf("flush %d posted a request of its own: %d posted, the write was %d", i, got, seq)
+				}
+			}
+		}
+		if err := f.Barrier(); err != nil {
+			return err
+		}
+		if f.Rank() == 1 {
+			if got := getU64(mem.Bytes()[64:]); got != 119 {
+				return fmt.Errorf("rank 1 holds %d, want 119", got)
+			}
+		}
+		return f.Barrier()
+	})
+}
