@@ -82,7 +82,16 @@ func (win *Window[T]) transferOnce(put bool, origin []T, target, disp int, carry
 	if err := win.lockReadyFor(target, carry); err != nil {
 		return Request{}, false, err
 	}
-	defer win.mu.Unlock()
+	// No defer: with this many returns it would not be open-coded, and
+	// the runtime's deferred call costs a tenth of an 8-byte shm put.
+	req, again, err := win.transferLocked(put, origin, target, disp)
+	win.mu.Unlock()
+	return req, again, err
+}
+
+// transferLocked is transferOnce's work once lockReadyFor let it through;
+// win.mu held.
+func (win *Window[T]) transferLocked(put bool, origin []T, target, disp int) (_ Request, again bool, _ error) {
 	if err := win.check(target, disp, len(origin)); err != nil {
 		return Request{}, false, err
 	}
@@ -166,15 +175,6 @@ func (win *Window[T]) transferOnce(put bool, origin []T, target, disp int, carry
 		}
 		return req, false, nil
 	}
-	b := unsafe.Slice((*byte)(p), n)
-	w.stageMu.Lock()
-	defer w.stageMu.Unlock()
-	var err error
-	if put {
-		req.seq, err = w.stage.put(target, b, remote)
-	} else {
-		req.seq, err = w.stage.get(target, b, remote)
-		req.staged = true
-	}
+	err := w.postStaged(put, &req, unsafe.Slice((*byte)(p), n), remote)
 	return req, false, err
 }

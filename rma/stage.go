@@ -177,3 +177,19 @@ func (s *stager) retireThrough(r int, seq uint64) error {
 func (s *stager) local(off int) transport.Local {
 	return s.reg.Local(off)
 }
+
+// postStaged posts a put or get of b, which lies outside registered memory,
+// through the bounce buffers, recording its sequence number in req (and,
+// for a get, that the data still has to be copied out of the stage).
+func (w *World) postStaged(put bool, req *Request, b []byte, remote transport.Remote) error {
+	w.stageMu.Lock()
+	defer w.stageMu.Unlock()
+	var err error
+	if put {
+		req.seq, err = w.stage.put(req.rank, b, remote)
+	} else {
+		req.seq, err = w.stage.get(req.rank, b, remote)
+		req.staged = true
+	}
+	return err
+}
