@@ -35,6 +35,7 @@ func runOneOne(args []string) error {
 // pair is the state of a one-to-one ping-pong.
 type pair struct {
 	me, peer int
+	group    []int                // {peer}: PSCW's group, made once
 	win      *rma.Window[float64] // 2^max data elements, then the flag
 	src      *rma.Window[float64] // rank 0's registered origin, and where its gets land
 	flagAt   int                  // index of the flag element in win
@@ -49,6 +50,7 @@ func oneOne(j *job, s *sweep, modes []string) (err error) {
 		return err
 	}
 	p := &pair{me: j.w.Rank(), peer: 1 - j.w.Rank(), flagAt: maxN}
+	p.group = []int{p.peer}
 	if p.win, err = newWindow[float64](j.w, maxN+1, s.window); err != nil {
 		return err
 	}
@@ -147,7 +149,7 @@ func (p *pair) fence2(n int, full bool) error {
 // waits, starts, puts back and completes.
 func (p *pair) pscw(n int, full bool) error {
 	p.round++
-	win, data, peer := p.win, p.win.Local()[:n], []int{p.peer}
+	win, data, peer := p.win, p.win.Local()[:n], p.group
 	if p.me == 0 {
 		out := p.src.Local()[:n]
 		fill(out, p.round, full)
