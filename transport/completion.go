@@ -284,11 +284,16 @@ func (f *Fabric) doneAtFirstLook(cond func() bool) bool {
 	if f.polling {
 		return false
 	}
-	if got, err := f.pollLocked(); !got || err != nil {
-		return false
-	}
+	// Polled as waitUntil polls, holding the polling token rather than
+	// f.mu: a provider's poll may write (soft sends its corks first).
+	f.polling = true
+	f.mu.Unlock()
+	got, _ := f.pollEach()
+	f.mu.Lock()
+	f.polling = false
+	f.dispatchGot()
 	f.cond.Broadcast()
-	return cond()
+	return got && cond()
 }
 
 // checkRank is the yield function waitUntil hands to its from iterator:
