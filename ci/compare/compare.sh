@@ -162,6 +162,18 @@ rotate() {
 	for ((i = 0; i < n; i++)); do printf '%s ' "${a[$(((i + k) % n))]}"; done
 }
 
+# One untimed small run of every system first, so that the system that
+# comes first in round 1 does not pay for a cold machine (page cache,
+# caches, the first processes): rmago soft's fence3 at 8 B measured 37 µs
+# in the first round of the 11:14 run of 2026-11-28, 16 in the next two.
+say "warm-up: one small run of each system, not counted"
+mkdir -p "$OUT/warmup"
+for sys in $SYSTEMS; do
+	cmd=$(cmdline "$sys" 2 oneone fence3 0 0 0 "$OUT/warmup/$sys.json")
+	echo "$cmd" >>"$LOG"
+	eval "timeout $TMO $cmd" >"$OUT/warmup/$sys.txt" 2>&1 || say "warning: the warm-up of $sys exited $?"
+done
+
 say "one-to-one: $ROUNDS rounds x {$MODES} x {$SYSTEMS}, 2^$MINEXP..2^$MAXEXP doubles, $REPS reps per round"
 for ((r = 1; r <= ROUNDS; r++)); do
 	quiet "one-to-one round $r"
