@@ -197,7 +197,10 @@ func (win *Window[T]) compareAndSwap(compare, value T, target, disp int) (T, err
 	}
 	defer win.endAtomics(target)
 	if direct != nil {
-		return directCompareAndSwap(w.f, direct, compare, value, target, disp)
+		if err := w.f.DirectReady(target); err != nil {
+			return 0, err
+		}
+		return directCompareAndSwap(direct, compare, value, disp), nil
 	}
 	word, sh := win.wordOf(target, disp)
 	a := w.atom
@@ -249,7 +252,12 @@ func errSizes(origin, result int) error {
 }
 
 func (win *Window[T]) accumulate(origin, result []T, target, disp int, op Op) error {
-	req, err := win.accumulateReq(origin, result, target, disp, op)
+	if len(origin) <= shortDirect {
+		if ran, err := win.shortDirectAccumulate(origin, result, target, disp, op); ran {
+			return err
+		}
+	}
+	req, err := win.accumulateNext(origin, result, target, disp, op)
 	if err == nil && result != nil {
 		err = req.Wait() // the old values are in result when it returns
 	}
@@ -265,6 +273,11 @@ func (win *Window[T]) accumulateReq(origin, result []T, target, disp int, op Op)
 			return Request{}, err
 		}
 	}
+	return win.accumulateNext(origin, result, target, disp, op)
+}
+
+// accumulateNext is accumulateReq past the short direct path.
+func (win *Window[T]) accumulateNext(origin, result []T, target, disp int, op Op) (Request, error) {
 	if win.w.bulkAcc && win.bulkWorthIt(len(origin), op) {
 		return win.bulkAccumulate(origin, result, target, disp, op)
 	}
@@ -283,7 +296,11 @@ func (win *Window[T]) wordAccumulate(origin, result []T, target, disp int, op Op
 	}
 	defer win.endAtomics(target)
 	if direct != nil {
-		return Request{}, directAccumulate(w.f, direct, origin, result, target, disp, op)
+		if err := w.f.DirectReady(target); err != nil {
+			return Request{}, err
+		}
+		directAccumulate(direct, origin, result, disp, op)
+		return Request{}, nil
 	}
 	if win.esize == 8 && op == Sum && !isFloat[T]() {
 		seq, err := win.fetchAdd(origin, result, target, disp)

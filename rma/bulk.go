@@ -75,7 +75,11 @@ func (win *Window[T]) bulkAccumulate(origin, result []T, target, disp int, op Op
 	defer win.endAtomics(target)
 	w := win.w
 	if direct != nil {
-		return Request{}, directAccumulate(w.f, direct, origin, result, target, disp, op)
+		if err := w.f.DirectReady(target); err != nil {
+			return Request{}, err
+		}
+		directAccumulate(direct, origin, result, disp, op)
+		return Request{}, nil
 	}
 	rw := &win.remotes[target]
 	remote := transport.Remote{Addr: rw.addr + uint64(disp*win.esize), RKey: rw.akey}

@@ -15,7 +15,8 @@ const maxChunk = 256 << 20
 // is in the target's memory after the synchronization that ends the epoch,
 // and origin must not be modified before then.
 func (win *Window[T]) Put(origin []T, target, disp int) error {
-	_, err := win.transfer(true, origin, target, disp, true)
+	var req Request
+	err := win.transfer(&req, true, origin, target, disp, true)
 	return win.callErr("Put", target, disp, err)
 }
 
@@ -23,7 +24,8 @@ func (win *Window[T]) Put(origin []T, target, disp int) error {
 // element disp, into origin. The data is in origin after the
 // synchronization that ends the epoch; do not read origin before then.
 func (win *Window[T]) Get(origin []T, target, disp int) error {
-	_, err := win.transfer(false, origin, target, disp, true)
+	var req Request
+	err := win.transfer(&req, false, origin, target, disp, true)
 	return win.callErr("Get", target, disp, err)
 }
 
@@ -58,18 +60,23 @@ func (win *Window[T]) check(target, disp, count int) error {
 	return nil
 }
 
-// transfer posts a put or get and returns a request for its completion.
+// transfer posts a put or get and sets *req to a request for its
+// completion (filled in place: returned, it would be copied up through
+// every call, a tenth of an 8-byte shm put).
 // It holds win.mu while it posts (so that a concurrent Unlock, Complete or
 // Fence covers the operation or refuses it), which never waits for a peer:
 // at most for send-queue or bounce-buffer space, which the NIC frees.
 // carry: a put or get whose request nobody waits for (Put and Get, not
 // RPut and RGet), which may carry a lazy lock's atomics (lazy.go).
-func (win *Window[T]) transfer(put bool, origin []T, target, disp int, carry bool) (Request, error) {
+func (win *Window[T]) transfer(req *Request, put bool, origin []T, target, disp int, carry bool) error {
+	if ran, err := win.directTransfer(put, origin, target, disp); ran {
+		return err
+	}
 	carry = carry && len(origin)*win.esize <= transport.MaxGuardedWrite
 	for {
-		req, again, err := win.transferOnce(put, origin, target, disp, carry)
+		again, err := win.transferOnce(req, put, origin, target, disp, carry)
 		if !again {
-			return req, err
+			return err
 		}
 		carry = false // confirm the lazy lock, then post as usual
 	}
@@ -78,25 +85,25 @@ func (win *Window[T]) transfer(put bool, origin []T, target, disp int, carry boo
 // transferOnce is one attempt of transfer; again: a lazy lock's atomics
 // could not go with the put, nothing was done, and the put is to be made
 // again without carry.
-func (win *Window[T]) transferOnce(put bool, origin []T, target, disp int, carry bool) (_ Request, again bool, _ error) {
+func (win *Window[T]) transferOnce(req *Request, put bool, origin []T, target, disp int, carry bool) (again bool, _ error) {
 	if err := win.lockReadyFor(target, carry); err != nil {
-		return Request{}, false, err
+		return false, err
 	}
 	// No defer: with this many returns it would not be open-coded, and
 	// the runtime's deferred call costs a tenth of an 8-byte shm put.
-	req, again, err := win.transferLocked(put, origin, target, disp)
+	again, err := win.transferLocked(req, put, origin, target, disp)
 	win.mu.Unlock()
-	return req, again, err
+	return again, err
 }
 
 // transferLocked is transferOnce's work once lockReadyFor let it through;
 // win.mu held.
-func (win *Window[T]) transferLocked(put bool, origin []T, target, disp int) (_ Request, again bool, _ error) {
+func (win *Window[T]) transferLocked(req *Request, put bool, origin []T, target, disp int) (again bool, _ error) {
 	if err := win.check(target, disp, len(origin)); err != nil {
-		return Request{}, false, err
+		return false, err
 	}
 	if len(origin) == 0 {
-		return Request{}, false, nil
+		return false, nil
 	}
 	if target == win.w.Rank() {
 		// This rank's own window: a copy, complete at once. (Accumulates
@@ -107,13 +114,13 @@ func (win *Window[T]) transferLocked(put bool, origin []T, target, disp int) (_ 
 		} else {
 			copy(origin, win.local[disp:disp+len(origin)])
 		}
-		return Request{}, false, nil
+		return false, nil
 	}
 	w := win.w
 	direct := win.directTo(target)
 	if direct != nil {
 		if err := w.f.DirectReady(target); err != nil {
-			return Request{}, false, err
+			return false, err
 		}
 	}
 	rw := &win.remotes[target]
@@ -125,11 +132,11 @@ func (win *Window[T]) transferLocked(put bool, origin []T, target, disp int) (_ 
 		// lockReadyFor let a put or get through to carry the lazy lock's
 		// atomics (lazy.go): to or from registered memory only.
 		if !registered || direct != nil {
-			return Request{}, true, nil
+			return true, nil
 		}
 		sent, err := win.carryLock(lz, target, !put, local, remote, n)
 		if err != nil || !sent {
-			return Request{}, !sent && err == nil, err
+			return !sent && err == nil, err
 		}
 		win.opsOn(target)
 		if put {
@@ -137,7 +144,7 @@ func (win *Window[T]) transferLocked(put bool, origin []T, target, disp int) (_ 
 		} else {
 			win.reads[target] |= pendingReads
 		}
-		return Request{}, false, nil
+		return false, nil
 	}
 	win.opsOn(target)
 	if put {
@@ -154,9 +161,9 @@ func (win *Window[T]) transferLocked(put bool, origin []T, target, disp int) (_ 
 		} else {
 			copy(origin, direct[disp:disp+len(origin)])
 		}
-		return Request{}, false, nil
+		return false, nil
 	}
-	req := Request{w: w, rank: target}
+	*req = Request{w: w, rank: target}
 	if registered {
 		// Zero copy: the origin lies in registered memory.
 		for off := 0; off < n; off += maxChunk {
@@ -170,11 +177,11 @@ func (win *Window[T]) transferLocked(put bool, origin []T, target, disp int) (_ 
 				req.seq, err = w.f.Read(target, l, r, uint32(c))
 			}
 			if err != nil {
-				return Request{}, false, err
+				*req = Request{}
+				return false, err
 			}
 		}
-		return req, false, nil
+		return false, nil
 	}
-	err := w.postStaged(put, &req, unsafe.Slice((*byte)(p), n), remote)
-	return req, false, err
+	return false, w.postStaged(put, req, unsafe.Slice((*byte)(p), n), remote)
 }

@@ -11,6 +11,10 @@ import (
 type lockProtocol interface {
 	Lock(target int, exclusive bool) error
 	Unlock(target int, exclusive bool) error
+	// One CPU atomic on a mapped Lock word, under win.mu (sync/lock's
+	// direct.go); false: nothing done, use Lock or Unlock.
+	TryDirect(target int, exclusive bool) bool
+	UnlockDirect(target int, exclusive bool) bool
 	LockAll() error
 	UnlockAll() error
 	Close() error

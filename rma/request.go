@@ -48,13 +48,15 @@ func (r *Request) Test() (bool, error) {
 
 // RPut is Put returning a Request to wait for its completion.
 func (win *Window[T]) RPut(origin []T, target, disp int) (Request, error) {
-	req, err := win.transfer(true, origin, target, disp, false)
+	var req Request
+	err := win.transfer(&req, true, origin, target, disp, false)
 	return req, win.callErr("RPut", target, disp, err)
 }
 
 // RGet is Get returning a Request: after Wait, origin holds the data.
 func (win *Window[T]) RGet(origin []T, target, disp int) (Request, error) {
-	req, err := win.transfer(false, origin, target, disp, false)
+	var req Request
+	err := win.transfer(&req, false, origin, target, disp, false)
 	return req, win.callErr("RGet", target, disp, err)
 }
 

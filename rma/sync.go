@@ -338,6 +338,9 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 		if err = win.w.f.Err(target); err == nil {
 			win.lazy[target] = &lazyLock{p: win.locks.Begin(target, typ == Exclusive)}
 		}
+	case win.locks.TryDirect(target, typ == Exclusive):
+		// A node-local target's free lock, taken with one CPU atomic
+		// without letting go of win.mu.
 	default:
 		win.mu.Unlock()
 		err = win.locks.Lock(target, typ == Exclusive)
@@ -389,6 +392,15 @@ func (win *Window[T]) unlockHeld(target int) error {
 	p := win.reads[target]
 	flush := noCheck || p&pendingReads != 0 || p&pendingAtomics != 0 && !win.w.f.AtomicsInOrder(target)
 	win.reads[target] = 0
+	if !noCheck && !win.w.f.Outstanding(target) && win.w.stage.pieces.Load() == 0 &&
+		win.locks.UnlockDirect(target, tr.from == openExcl) {
+		// Everything issued to target has completed (a node-local
+		// target's requests complete at post): the release is one CPU
+		// atomic, made without letting go of win.mu.
+		win.leave(&tr, true)
+		win.ops = win.ep.nlocks > 0 && win.ops
+		return nil
+	}
 	win.mu.Unlock()
 	var err error
 	if flush {

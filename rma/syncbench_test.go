@@ -90,3 +90,50 @@ func BenchmarkSyncFence(b *testing.B) {
 		return win.Fence(rma.NoSucceed)
 	})
 }
+
+// BenchmarkPassiveLeg measures the sending half of the passive-target
+// ping-pong's leg (pingpong's lock and lockall modes), without the wait:
+// one 8-byte put, Flush, the flag set with Accumulate(Replace); inside
+// Lock(Exclusive) and Unlock ("lock") or a LockAll epoch ("lockall").
+// Rank 0 of two sends to rank 1, which stays idle.
+func BenchmarkPassiveLeg(b *testing.B) {
+	for _, all := range []bool{false, true} {
+		name := "lock"
+		if all {
+			name = "lockall"
+		}
+		b.Run(name, func(b *testing.B) {
+			syncBench(b, 2, func(w *rma.World, win *rma.Window[int64], src []int64) error {
+				if w.Rank() != 0 {
+					return nil
+				}
+				if all {
+					if err := win.LockAll(0); err != nil {
+						return err
+					}
+				}
+				flag := []int64{0}
+				for i := range b.N {
+					flag[0] = int64(i)
+					if !all {
+						if err := win.Lock(1, rma.Exclusive, 0); err != nil {
+							return err
+						}
+					}
+					if err := errorsJoin(win.Put(src, 1, 0), win.Flush(1), win.Accumulate(flag, 1, 1, rma.Replace)); err != nil {
+						return err
+					}
+					if !all {
+						if err := win.Unlock(1); err != nil {
+							return err
+						}
+					}
+				}
+				if all {
+					return win.UnlockAll()
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -115,6 +115,10 @@ type remoteWindow[T Number] struct {
 	// (mapAsked): nil when it is reached through requests. Under win.mu.
 	direct   []T
 	mapAsked bool
+	// viaRequests is 1 once asked and not mapped (atomic: read without
+	// win.mu, so that an access to a peer reached through requests skips
+	// the direct path's checks, directBegin).
+	viaRequests uint32
 }
 
 // Allocate creates a window of n elements of library memory on every rank

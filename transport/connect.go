@@ -126,6 +126,7 @@ func (f *Fabric) newPeer(c *pctx, r int) (*peer, error) {
 	}
 	p.qp = qp
 	p.inlineMax = inlineSize(qp)
+	p.errRep, _ = qp.(verbs.ErrorReporter)
 	if pc, ok := qp.(verbs.PostCompleter); ok && c.atPost {
 		p.inline = pc
 	}

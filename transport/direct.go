@@ -37,8 +37,8 @@ func (f *Fabric) DirectReady(r int) error {
 	if e := p.err.Load(); e != nil {
 		return *e
 	}
-	if er, ok := p.qp.(verbs.ErrorReporter); ok {
-		if e := er.Err(); e != nil {
+	if p.errRep != nil {
+		if e := p.errRep.Err(); e != nil {
 			return f.postErr(p, fmt.Errorf("%w: %w", verbs.ErrQPState, e))
 		}
 	}

@@ -83,6 +83,9 @@ type peer struct {
 	// inline is qp when its requests complete in the post (shm): posts
 	// then count themselves done, without a completion to poll (post.go).
 	inline verbs.PostCompleter
+	// errRep is qp as a verbs.ErrorReporter, or nil: DirectReady's check
+	// of the queue pair's state, without an interface assertion per access.
+	errRep verbs.ErrorReporter
 	// inlineMax: writes of 1 to inlineMax bytes are posted inline
 	// (newQP, post.go).
 	inlineMax uint32
