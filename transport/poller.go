@@ -84,16 +84,17 @@ const LocalSpin = 100 * time.Microsecond
 const HWSpin = time.Millisecond
 
 // hwSpinPauses is how many spin-wait hints (internal/spin) a Poller on
-// hardware and shm takes between two polls of its word. The word is a
-// peer's flag, which that peer writes right after its data, often on the
-// same cache line: a reader that polls less often takes the line away
-// from the writer between the two stores less often. Paired runs of the
-// 8 B lock_all ping-pong on shm, 8 pairs each, median ratio of the times:
-// 8 hints against 1, 0.86 (lock: 0.87); 4 against 8, 1.12; 16 against 8,
-// 1.07; 32 against 1, 1.12. (The waits for direct notes keep one hint:
-// there both ranks wait for each other at once, and 8 made the fence3
-// ping-pong 4 % slower, PSCW 5 % faster.)
-const hwSpinPauses = 8
+// hardware and shm takes between two polls of its word. It was 8, so that
+// a reader polling less often would take the flag's cache line from the
+// writer less often (paired runs then: 8 against 1, 0.86 the time of the
+// 8 B lock_all ping-pong on shm). Once the sending half of that leg had
+// lost most of its cost (the direct fast path, 190 -> 106 ns), one hint
+// won: lock_all 0.84-0.86 -> 0.44-0.57 µs a round trip, lock 0.90-0.95
+// -> 0.68-0.70 (three alternating runs each; 2 and 4 hints fell between).
+// A hint costs 39 ns on this machine (AMD EPYC, Zen 2, under KVM), so 8
+// of them made the reader see the flag 150 ns late on average. The waits
+// for direct notes take one hint too.
+const hwSpinPauses = 1
 
 const (
 	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
