@@ -100,6 +100,8 @@ type qp struct {
 	rdDst  [][]byte
 	reqHdr [hdrLen]byte
 	reqBuf net.Buffers
+	// reqTimer bounds the wait for a response; reused (sendMu held).
+	reqTimer *time.Timer
 	serve  sync.WaitGroup
 	acc    accState // the responder's accumulate buffers (accumulate.go)
 }

@@ -50,9 +50,15 @@ func (q *qp) request(h *msg, payload, dst [][]byte) (response, verbs.Status) {
 	}
 	var timeout <-chan time.Time
 	if q.ctx.timeout > 0 {
-		t := time.NewTimer(q.ctx.timeout)
-		defer t.Stop()
-		timeout = t.C
+		// One timer per queue pair, reset for each request (sendMu held):
+		// a new one was garbage for every request.
+		if q.reqTimer == nil {
+			q.reqTimer = time.NewTimer(q.ctx.timeout)
+		} else {
+			q.reqTimer.Reset(q.ctx.timeout)
+		}
+		defer q.reqTimer.Stop()
+		timeout = q.reqTimer.C
 	}
 	select {
 	case r := <-q.respCh:
@@ -83,37 +89,6 @@ func (q *qp) sockAccess(kind uint8, key uint32, addr, n uint64, segs [][]byte, a
 	return st, r.h.arg0
 }
 
-// readHdr reads one header, and the descriptors that came with it.
-func readHdr(conn *net.UnixConn, b *[hdrLen]byte, oob []byte) (fd int, err error) {
-	fd = -1
-	got := 0
-	for got < hdrLen {
-		n, oobn, _, _, err := conn.ReadMsgUnix(b[got:], oob)
-		if oobn > 0 {
-			if fds := parseFDs(oob[:oobn]); len(fds) > 0 {
-				if fd >= 0 {
-					syscall.Close(fd)
-				}
-				fd = fds[0]
-				for _, x := range fds[1:] {
-					syscall.Close(x)
-				}
-			}
-		}
-		if n == 0 && err == nil {
-			err = io.EOF
-		}
-		if err != nil {
-			if fd >= 0 {
-				syscall.Close(fd)
-			}
-			return -1, err
-		}
-		got += n
-	}
-	return fd, nil
-}
-
 func parseFDs(oob []byte) []int {
 	msgs, err := syscall.ParseSocketControlMessage(oob)
 	if err != nil {
@@ -135,9 +110,13 @@ func parseFDs(oob []byte) []int {
 func (q *qp) serveLoop(conn *net.UnixConn) {
 	defer q.serve.Done()
 	var b, out [hdrLen]byte
-	oob := make([]byte, syscall.CmsgSpace(4*4))
+	hr, err := newHdrReader(conn)
+	if err != nil {
+		q.fail(verbs.StatusTransport, fmt.Errorf("%w: %s: %v", verbs.ErrTransport, q.peer(), err), false)
+		return
+	}
 	for {
-		fd, err := readHdr(conn, &b, oob)
+		fd, err := hr.read(&b)
 		if err != nil {
 			q.fail(verbs.StatusTransport, fmt.Errorf("%w: %s exited or was killed (its socket ended without goodbye: %v)", verbs.ErrTransport, q.peer(), err), false)
 			return
