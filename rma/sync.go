@@ -332,15 +332,16 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	var err error
 	switch {
 	case assert&NoCheck != 0:
+	case win.locks.TryDirect(target, typ == Exclusive):
+		// A node-local target's free lock, taken with one CPU atomic
+		// without letting go of win.mu. Tried first: it applies only
+		// where every rank is on shm, where no lock is lazy.
 	case win.locks.Lazy(target, typ == Exclusive):
 		// Taken lazily (lazy.go): nothing is sent before the epoch's first
 		// use, but a peer already known to have failed fails it now.
 		if err = win.w.f.Err(target); err == nil {
 			win.lazy[target] = &lazyLock{p: win.locks.Begin(target, typ == Exclusive)}
 		}
-	case win.locks.TryDirect(target, typ == Exclusive):
-		// A node-local target's free lock, taken with one CPU atomic
-		// without letting go of win.mu.
 	default:
 		win.mu.Unlock()
 		err = win.locks.Lock(target, typ == Exclusive)
