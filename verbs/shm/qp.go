@@ -102,8 +102,8 @@ type qp struct {
 	reqBuf net.Buffers
 	// reqTimer bounds the wait for a response; reused (sendMu held).
 	reqTimer *time.Timer
-	serve  sync.WaitGroup
-	acc    accState // the responder's accumulate buffers (accumulate.go)
+	serve    sync.WaitGroup
+	acc      accState // the responder's accumulate buffers (accumulate.go)
 }
 
 func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
