@@ -220,11 +220,7 @@ func (win *Window[T]) FlushLocal(target int) error { return win.Flush(target) }
 func (win *Window[T]) FlushLocalAll() error { return win.FlushAll() }
 
 // isFreed reports whether the window is freed or being freed.
-func (win *Window[T]) isFreed() bool {
-	win.mu.Lock()
-	defer win.mu.Unlock()
-	return win.freed || win.ep.freeing
-}
+func (win *Window[T]) isFreed() bool { return win.gone.Load() }
 
 // Sync synchronizes this rank's view of its own window memory with the
 // changes peers made through the fabric (MPI_Win_sync): after it, plain

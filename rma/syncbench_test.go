@@ -137,3 +137,17 @@ func BenchmarkPassiveLeg(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAwaitLocalReady measures AwaitLocal on a condition that
+// already holds: the fixed cost of the wait a passive-target ping-pong's
+// reader pays each round trip.
+func BenchmarkAwaitLocalReady(b *testing.B) {
+	syncBench(b, 1, func(w *rma.World, win *rma.Window[int64], src []int64) error {
+		for range b.N {
+			if err := win.AwaitLocal(0, func(v int64) bool { return v == 0 }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/exp/constraints"
@@ -102,6 +103,11 @@ type Window[T Number] struct {
 	cflush  []int         // scratch for Complete
 	cafter  []int         // scratch for Complete: reads flushed after its notification
 	freed   bool
+
+	// gone is set with ep.freeing (Free has begun) and stays set:
+	// isFreed's answer without win.mu, for the calls on this rank's own
+	// memory (AwaitLocal, Sync) that take the mutex for nothing else.
+	gone atomic.Bool
 }
 
 // remoteWindow is another rank's window, as the creation allgather told.
@@ -405,6 +411,7 @@ func (win *Window[T]) Free() error {
 		return err
 	}
 	win.ep.freeing = true
+	win.gone.Store(true)
 	win.changedState()
 	win.mu.Unlock()
 	err := win.fence.Sync(nil, false)
@@ -435,6 +442,7 @@ func (win *Window[T]) quiesce() {
 // held, or the window not yet shared.
 func (win *Window[T]) release() {
 	win.freed = true
+	win.gone.Store(true)
 	win.unmapPeers()
 	win.deregister()
 	if win.mem != nil {
