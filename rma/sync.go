@@ -336,7 +336,11 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 		// Taken lazily (lazy.go): nothing is sent before the epoch's first
 		// use, but a peer already known to have failed fails it now.
 		if err = win.w.f.Err(target); err == nil {
-			win.lazy[target] = &lazyLock{p: win.locks.Begin(target, typ == Exclusive)}
+			// The target's slot is free: the last epoch on it
+			// ended, and with it every use of its lazy lock.
+			lz := &win.lazyMem[target]
+			*lz = lazyLock{p: win.locks.Begin(target, typ == Exclusive)}
+			win.lazy[target] = lz
 		}
 	default:
 		win.mu.Unlock()

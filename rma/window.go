@@ -97,6 +97,7 @@ type Window[T Number] struct {
 	puts    bool          // puts issued since the last synchronization
 	reads   []pending     // per rank: reads or atomics to flush at the next synchronization
 	lazy    []*lazyLock   // per rank: an exclusive lock taken lazily, not yet confirmed (lazy.go)
+	lazyMem []lazyLock    // per rank: where lazy[t] points while set (no allocation per Lock)
 	putTo   []bool        // per rank: puts or atomics into its window since the last fence
 	inGroup []bool        // per rank: checkGroup's scratch, all false between calls
 	flushes []int         // scratch for the fence
@@ -293,6 +294,7 @@ func (win *Window[T]) setup(failed error) error {
 	win.fence = fence.New(w.f, win.id)
 	win.reads = make([]pending, size)
 	win.lazy = make([]*lazyLock, size)
+	win.lazyMem = make([]lazyLock, size)
 	win.putTo = make([]bool, size)
 	win.inGroup = make([]bool, size)
 	win.ep.init(size)

@@ -98,8 +98,8 @@ func (l *Locks) with(p *Pending, read bool, local transport.Local, remote transp
 	sl := &l.slots[p.t]
 	c := l.c
 	if p.shared {
-		add := transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(sl.word + 1), Remote: c.RemoteAt(p.t, control.Lock), CompareAdd: 1, Mask: sharedBlockers}
-		seq, err := post(p.t, []transport.Atomic{add}, local, remote, n)
+		sl.chain[0] = transport.Atomic{Op: transport.FetchAddOp, Local: c.LocalAt(sl.word + 1), Remote: c.RemoteAt(p.t, control.Lock), CompareAdd: 1, Mask: sharedBlockers}
+		seq, err := post(p.t, sl.chain[:1], local, remote, n)
 		if err != nil {
 			return false, err
 		}
@@ -117,7 +117,8 @@ func (l *Locks) with(p *Pending, read bool, local transport.Local, remote transp
 		if !p.joined {
 			arrival.Mask = classExcl.admitMask()
 		}
-		seq, err := post(p.t, []transport.Atomic{arrival, cas}, local, remote, n)
+		sl.chain = [2]transport.Atomic{arrival, cas}
+		seq, err := post(p.t, sl.chain[:], local, remote, n)
 		if err != nil {
 			return false, err
 		}
@@ -136,7 +137,8 @@ func (l *Locks) with(p *Pending, read bool, local transport.Local, remote transp
 	if !p.joined && !classExcl.admits(sl.result(0)) {
 		return false, nil // Confirm waits for lock_all's phase to end
 	}
-	seq, err := post(p.t, []transport.Atomic{cas}, local, remote, n)
+	sl.chain[0] = cas
+	seq, err := post(p.t, sl.chain[:1], local, remote, n)
 	if err != nil {
 		// Nothing reached the target: give the arrival back.
 		p.postedG = false

@@ -23,6 +23,10 @@ type slot struct {
 	// 0: none), to the slot's target and (leader mode) to the leader;
 	// Close waits for them.
 	relT, relG uint64
+
+	// chain holds the atomics a lazy lock's guarded put carries (lazy.go):
+	// a slice literal passed to the post would be allocated every time.
+	chain [2]transport.Atomic
 }
 
 // Result words of a slot (control.LockSlotWords): k = 0 and 1 take the
