@@ -97,6 +97,47 @@ func TestPutGetAllocateNothing(t *testing.T) {
 	})
 }
 
+// TestLockPeerAllocatesNothing: an epoch on a peer, exclusive and shared
+// (lazy on soft: the put carries the lock's atomics), with a put and an
+// accumulate, allocates nothing in steady state, on either rank.
+func TestLockPeerAllocatesNothing(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("in-process only")
+	}
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 64)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		src, err := rma.Allocate[int64](w, 8)
+		if err != nil {
+			return err
+		}
+		defer src.Free()
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		var cerr error
+		if w.Rank() == 0 {
+			one := []int64{1}
+			cycle := func() {
+				for _, typ := range []rma.LockType{rma.Exclusive, rma.Shared} {
+					cerr = errors.Join(cerr, win.Lock(1, typ, 0), win.Put(src.Local()[:2], 1, 0),
+						win.Accumulate(one, 1, 8, rma.Sum), win.Unlock(1))
+				}
+			}
+			for range 200 { // warm up: queues, maps, buffers
+				cycle()
+			}
+			if allocs := testing.AllocsPerRun(500, cycle); allocs > 0.01 {
+				t.Errorf("Lock+Put+Accumulate+Unlock on a peer allocate %.3f times per cycle", allocs)
+			}
+		}
+		return errors.Join(cerr, w.Barrier())
+	})
+}
+
 // TestSyncAllocateNothing: a cycle of every synchronization mode with a
 // put and an atomic in each epoch allocates nothing in steady state (one
 // rank, so every access is to itself and the count is this rank's alone).
