@@ -7,6 +7,17 @@ import (
 	"github.com/rmago/rmago/transport"
 )
 
+// copyAt makes a put or get that memory reachable here serves at once
+// (this rank's own window, a node-local peer's mapping): put copies origin
+// into mem from element disp, get the other way.
+func copyAt[T any](put bool, mem, origin []T, disp int) {
+	if put {
+		copy(mem[disp:], origin)
+	} else {
+		copy(origin, mem[disp:disp+len(origin)])
+	}
+}
+
 // maxChunk bounds one work request; larger transfers are split.
 const maxChunk = 256 << 20
 
@@ -109,11 +120,7 @@ func (win *Window[T]) transferLocked(req *Request, put bool, origin []T, target,
 		// This rank's own window: a copy, complete at once. (Accumulates
 		// still go through the NIC, the one agent for atomic updates.)
 		win.ops = true
-		if put {
-			copy(win.local[disp:], origin)
-		} else {
-			copy(origin, win.local[disp:disp+len(origin)])
-		}
+		copyAt(put, win.local, origin, disp)
 		return false, nil
 	}
 	w := win.w
@@ -156,11 +163,7 @@ func (win *Window[T]) transferLocked(req *Request, put bool, origin []T, target,
 	if direct != nil {
 		// A node-local peer's mapped window (direct.go): the copy the
 		// provider would make in the post, complete at once.
-		if put {
-			copy(direct[disp:], origin)
-		} else {
-			copy(origin, direct[disp:disp+len(origin)])
-		}
+		copyAt(put, direct, origin, disp)
 		return false, nil
 	}
 	*req = Request{w: w, rank: target}

@@ -83,11 +83,10 @@ func (win *Window[T]) directTransfer(put bool, origin []T, target, disp int) (bo
 	win.ops = true
 	if put {
 		win.puts, win.putTo[target] = true, true
-		copy(d[disp:], origin)
 	} else {
 		win.reads[target] |= pendingReads // as for any get (transferLocked)
-		copy(origin, d[disp:disp+len(origin)])
 	}
+	copyAt(put, d, origin, disp)
 	win.mu.Unlock()
 	return true, nil
 }
