@@ -74,6 +74,17 @@ func (f Fault) Bootstrap() bool { return f == BootSilent || f == BootGarbage }
 // driver only waits for it), rather than being signalled by the driver.
 func (f Fault) SelfInflicted() bool { return f == Close || f == StopRead }
 
+// Signalled reports whether the faulty rank is stopped or killed by a
+// signal (from the driver, or from itself with -selfstop) after its fault
+// point.
+func (f Fault) Signalled() bool {
+	switch f {
+	case Kill9, Stop, StopCont, Pause:
+		return true
+	}
+	return false
+}
+
 // Valid reports whether f is a known fault.
 func (f Fault) Valid() bool { return slices.Contains(AllFaults, f) }
 

@@ -10,13 +10,16 @@
 // Usage:
 //
 //	faultrank -mode fence|pscw|lock|lockall [-epochs N] [-words K]
-//	          [-fault F -faulty R -at E] [-selfstop] [-burst B] [-hold] [-maxtime D]
+//	          [-fault F -faulty R -at E] [-ack] [-selfstop] [-burst B] [-hold] [-maxtime D]
 //
 // The faulty rank, on reaching epoch E, prints the fault line; then for
 // -fault close it calls World.Close at once, for -fault stopread it stops
 // reading its connections and calls nothing more, and for the other faults
 // it goes on (faultrun signals it; with -selfstop a stop or stopcont rank
-// stops itself there). With -hold, a rank that got an error
+// stops itself there). With -ack, the faulty rank of those other faults
+// waits, after its fault line, for one byte on standard input (faultrun's
+// acknowledgement) before it goes on, so that the job cannot end before
+// the driver has seen the fault point. With -hold, a rank that got an error
 // waits until its standard input is closed before it calls Close: faultrun
 // closes it once every survivor has reported, so that no survivor's
 // leaving the job is what another survivor sees first. With -burst B the other ranks put their
@@ -53,6 +56,7 @@ type config struct {
 	maxTime time.Duration
 	hold    bool
 	self    bool // stop and stopcont: the rank stops itself at the fault point
+	ack     bool // the faulty rank waits for the driver's byte after its fault line
 }
 
 func run() int {
@@ -67,6 +71,7 @@ func run() int {
 	flag.IntVar(&c.burst, "burst", 0, "from epoch -at on, put the slot this many times to the faulty rank")
 	flag.DurationVar(&c.maxTime, "maxtime", time.Minute, "end the epoch loop after this long (a rank that sees no error by then reports so)")
 	flag.BoolVar(&c.self, "selfstop", false, "with -fault stop or stopcont, the faulty rank stops itself (SIGSTOP) right after its fault line, at the start of epoch -at, instead of being stopped by faultrun a moment later")
+	flag.BoolVar(&c.ack, "ack", false, "the faulty rank of a fault faultrun makes (kill9, stop, stopcont, pause) waits, after its fault line, for one byte on standard input before it goes on")
 	flag.BoolVar(&c.hold, "hold", false, "after an error, wait until standard input is closed before calling Close (so that this rank's leaving is not what its peers see)")
 	flag.Parse()
 	c.mode, c.fault = faults.Mode(mode), faults.Fault(fault)
@@ -129,6 +134,9 @@ func run() int {
 				return 0
 			default:
 				rep.emit(faults.Event{Kind: faults.EvFault, Epoch: e})
+				if c.ack {
+					awaitAck(c.maxTime)
+				}
 				if c.self && (c.fault == faults.Stop || c.fault == faults.StopCont) {
 					stopSelf()
 				}
@@ -181,6 +189,21 @@ func run() int {
 }
 
 var errCorrupt = errors.New("corrupt data")
+
+// awaitAck waits for one byte on standard input (the driver has seen the
+// fault line), or for at most d.
+func awaitAck(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		var b [1]byte
+		os.Stdin.Read(b[:])
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
 
 // hold waits until standard input reaches its end (faultrun closes it once
 // every survivor has reported its error), or for at most d.

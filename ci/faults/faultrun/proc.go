@@ -100,6 +100,10 @@ func (p *proc) exited() bool {
 	}
 }
 
+// ack writes the byte a faulty rank run with -ack waits for at its fault
+// point.
+func (p *proc) ack() { p.stdin.Write([]byte{1}) }
+
 // release closes the process's standard input: a rank holding after its
 // error goes on to Close.
 func (p *proc) release() { p.stdin.Close() }

@@ -159,6 +159,12 @@ func (t *trial) args() []string {
 	}
 	if sp.faulty >= 0 {
 		a = append(a, "-fault", string(f), "-faulty", strconv.Itoa(sp.faulty), "-at", strconv.Itoa(sp.at))
+		if f.Signalled() {
+			// The job waits at the fault point until the driver has seen
+			// it: on a loaded machine the driver could otherwise read the
+			// fault line only after the whole job had ended.
+			a = append(a, "-ack")
+		}
 		if t.s.targetless(f, sp.mode) {
 			a = append(a, "-selfstop") // a moment later it could have run every epoch
 		}
@@ -273,6 +279,9 @@ func (t *trial) inject() {
 	if !reached || point.Kind == "" {
 		t.setup = "no fault point: " + t.early()
 		return
+	}
+	if f.Signalled() {
+		d.ack()
 	}
 	if f.SelfInflicted() || t.s.targetless(f, sp.mode) {
 		t.faultAt = point.At()
