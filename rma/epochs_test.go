@@ -63,6 +63,62 @@ func TestEpochTransitions(t *testing.T) {
 	})
 }
 
+// TestLockTransitionsPeer: a lock on a peer goes through the same
+// transitions whichever path takes it (lazily on soft, with one CPU atomic
+// on shm, or with the full protocol), and a busy lock (another
+// goroutine's) is waited for, not taken twice.
+func TestLockTransitionsPeer(t *testing.T) {
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 4)
+		if err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			var trace []string
+			rma.SetEpochHook(win, func(call string, target int, from, to string) {
+				trace = append(trace, fmt.Sprintf("%s %d %s>%s", call, target, from, to))
+			})
+			for _, typ := range []rma.LockType{rma.Exclusive, rma.Shared} {
+				if err := errors.Join(win.Lock(1, typ, 0), win.Put([]int64{int64(typ) + 7}, 1, 0), win.Unlock(1)); err != nil {
+					return err
+				}
+			}
+			want := []string{
+				"Lock 1 closed>opening", "Lock 1 opening>openExcl", "Unlock 1 openExcl>closing", "Unlock 1 closing>closed",
+				"Lock 1 closed>opening", "Lock 1 opening>open", "Unlock 1 open>closing", "Unlock 1 closing>closed",
+			}
+			if !slices.Equal(trace, want) {
+				return fmt.Errorf("transitions:\n%s\nwant:\n%s", strings.Join(trace, "\n"), strings.Join(want, "\n"))
+			}
+			rma.SetEpochHook(win, nil)
+			// A second goroutine's Lock of the held target waits for the
+			// Unlock, then puts in its own epoch.
+			if err := win.Lock(1, rma.Exclusive, 0); err != nil {
+				return err
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- errors.Join(win.Lock(1, rma.Exclusive, 0), win.Put([]int64{2}, 1, 1), win.Unlock(1))
+			}()
+			if err := errors.Join(win.Put([]int64{1}, 1, 1), win.Accumulate([]int64{5}, 1, 2, rma.Sum), win.Unlock(1)); err != nil {
+				return err
+			}
+			if err := <-done; err != nil {
+				return err
+			}
+		}
+		if err := win.Fence(0); err != nil {
+			return err
+		}
+		if w.Rank() == 1 {
+			if got, want := win.Local()[:3], []int64{int64(rma.Shared) + 7, 2, 5}; !slices.Equal(got, want) {
+				return fmt.Errorf("rank 1 holds %v, want %v", got, want)
+			}
+		}
+		return errors.Join(win.Fence(rma.NoSucceed), win.Free())
+	})
+}
+
 // TestLockMisuse: the lock misuse sync/lock used to refuse itself is
 // refused by rma's state machine: unlocking a target while only LockAll is
 // held, UnlockAll while only a lock is held (ErrNotLocked), a second lock

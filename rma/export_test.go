@@ -6,6 +6,10 @@ package rma
 func SetEpochHook[T Number](win *Window[T], fn func(call string, target int, from, to string)) {
 	win.mu.Lock()
 	defer win.mu.Unlock()
+	if fn == nil {
+		win.ep.hook = nil
+		return
+	}
 	win.ep.hook = func(k kind, target int, from, to state) {
 		fn(kinds[k].name, target, from.String(), to.String())
 	}

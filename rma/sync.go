@@ -322,6 +322,9 @@ func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	if typ == Exclusive {
 		tr.kind = kindLockExcl
 	}
+	if assert&NoCheck == 0 && win.lockDirect(target, tr.kind) {
+		return nil
+	}
 	if err := win.enter(&tr); err != nil {
 		return err
 	}
@@ -365,6 +368,9 @@ func (win *Window[T]) Unlock(target int) error {
 	defer win.mu.Unlock()
 	if err := win.syncCheck("Unlock", target); err != nil {
 		return err
+	}
+	if win.unlockDirect(target) {
+		return nil
 	}
 	if win.lazyAt(target) != nil {
 		return win.unlockLazy(target)
