@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/rmago/rmago/internal/config"
@@ -102,6 +103,7 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 	}
 	ranks, cpus := launch.CPUShare(topo.NodeSize())
 	f.shareCores = ranks > cpus
+	f.procs = runtime.GOMAXPROCS(0)
 	cfg := providerConfig(b, s, f.timeout, ranks, cpus)
 	f.via = make([]uint8, f.size)
 	if s.Provider != "" && s.Provider != "auto" {

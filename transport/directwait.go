@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/rmago/rmago/internal/spin"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -127,6 +126,7 @@ func (f *Fabric) AwaitDirect(w *DirectWait) error {
 	}
 	defer f.EndProgress()
 	var deadline, spinEnd time.Time
+	y := spin.Yielder{Procs: f.procs}
 	every := directSpins
 	if f.shareCores {
 		every = sharedLooks
@@ -161,7 +161,7 @@ func (f *Fabric) AwaitDirect(w *DirectWait) error {
 			if f.shareCores || f.engines {
 				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			} else {
-				runtime.Gosched()
+				y.Yield(now)
 			}
 			continue
 		}

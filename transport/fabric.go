@@ -133,8 +133,11 @@ type Fabric struct {
 	// by an agent other than the posting thread (a NIC, or Soft-RoCE in
 	// the kernel), which a spinning wait must leave a core to.
 	shareCores, engines bool
-	lkeys               atomic.Pointer[[]keySet]
-	ltab                lkeyTable
+	// procs is GOMAXPROCS at Open: the spinning waits' yields to
+	// goroutines are paced by it (spin.Yielder).
+	procs int
+	lkeys atomic.Pointer[[]keySet]
+	ltab  lkeyTable
 
 	// Lazy connections (connect.go): a context's cm (nil: every peer it
 	// serves was connected at Open) and listen (every rank's listening

@@ -49,7 +49,9 @@ func (f *Fabric) EndProgress() {
 //     and on one poll in hwPureSpins it drives the fabric and yields:
 //     to goroutines for a few such polls, then for HWSpin to other processes
 //     (sched_yield) if the node has more ranks than cores or a NIC or
-//     kernel engine needs the CPU (to goroutines only otherwise), and
+//     kernel engine needs the CPU (to goroutines only otherwise; with
+//     GOMAXPROCS above 1, once per spin.GoschedGap, as each
+//     runtime.Gosched wakes an idle processor's thread), and
 //     then sleeps the shortest sleep Go offers between polls:
 //     longer sleeps are stretched by the timer (to about a millisecond in
 //     the Soft-RoCE VM, which made a lock ping-pong 4 times slower), and
@@ -63,7 +65,8 @@ type Poller struct {
 	spins    int       // hardware: polls so far
 	asleep   bool      // hardware: past the spin, it sleeps between polls
 	pause    time.Duration
-	graced   bool // Grace extended the deadline
+	graced   bool         // Grace extended the deadline
+	y        spin.Yielder // hardware: its yields to goroutines
 }
 
 // LocalSpin is how long a Poller keeps polling without sleeping after the
@@ -105,7 +108,7 @@ const (
 
 // NewPoller starts a wait bounded by the fabric's timeout.
 func (f *Fabric) NewPoller() Poller {
-	w := Poller{f: f, pause: time.Microsecond}
+	w := Poller{f: f, pause: time.Microsecond, y: spin.Yielder{Procs: f.procs}}
 	if f.progs == nil {
 		return w // hardware: Pause sets the deadline at its first look at the clock
 	}
@@ -149,7 +152,9 @@ func (w *Poller) Pause() bool {
 		// The clock only every hwClockEvery polls while yielding to
 		// goroutines: it costs as much as the poll.
 		if w.polls++; w.polls < hwYields && w.polls%hwClockEvery != 0 {
-			runtime.Gosched()
+			if w.y.Alone() {
+				runtime.Gosched()
+			}
 			return true
 		}
 		now := time.Now()
@@ -162,7 +167,7 @@ func (w *Poller) Pause() bool {
 		}
 		switch {
 		case w.polls < hwYields:
-			runtime.Gosched()
+			w.y.Yield(now)
 		case w.spinEnd.IsZero() || now.Before(w.spinEnd):
 			// Then, for HWSpin, yield the core to other processes
 			// (peers on this node, the kernel's RDMA engine) where they
@@ -177,7 +182,7 @@ func (w *Poller) Pause() bool {
 			if w.f.shareCores || w.f.engines {
 				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			} else {
-				runtime.Gosched()
+				w.y.Yield(now)
 			}
 		default:
 			w.asleep = true

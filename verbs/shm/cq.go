@@ -3,7 +3,6 @@ package shm
 import (
 	"fmt"
 	"github.com/rmago/rmago/internal/spin"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -178,6 +177,7 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 		q.idle.Store(start.UnixNano())
 	}
 	spinEnd, pureEnd := start.Add(q.ctx.spin), start.Add(min(pureSpin, q.ctx.spin))
+	y := spin.Yielder{Procs: q.ctx.procs}
 	for i := 0; ; i++ {
 		if i > 0 {
 			v = q.bell.ring.Load()
@@ -205,7 +205,7 @@ func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 			switch {
 			case now.Before(pureEnd):
 			case i&7 == 7 || !q.ctx.shareCores:
-				runtime.Gosched()
+				y.Yield(now)
 			default:
 				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 			}

@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,6 +151,7 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 	}
 	c.notShared = reachVM
 	c.shareCores = cfg.ShareCores
+	c.procs = runtime.GOMAXPROCS(0)
 	if cfg.ShmNoCMA {
 		c.notShared = reachSock
 	}
@@ -185,6 +187,9 @@ type device struct {
 	// shareCores: CQ.Wait's spin yields the core to other processes
 	// (verbs.Config.ShareCores).
 	shareCores bool
+	// procs is GOMAXPROCS at open: CQ.Wait's yields to goroutines are
+	// paced by it (spin.Yielder).
+	procs int
 
 	// Regions: the shared table peers check, and this process's view.
 	tabMem  *memfd.Mem
