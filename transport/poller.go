@@ -43,8 +43,10 @@ func (f *Fabric) EndProgress() {
 //   - with a provider this process drives (soft), while things keep
 //     happening it drives the fabric (Progress, as the process's poller
 //     until Done or a sleep) and yields; once nothing
-//     has happened for LocalSpin it sleeps between polls, 1 µs doubling to
-//     100 µs (an idle rank then costs next to no CPU);
+//     has happened for LocalSpin it sleeps between polls in the kernel
+//     (spin.Sleep: Go's timers would stretch every sleep under a
+//     millisecond to about one), 1 µs doubling to 1 ms (an idle rank then
+//     costs next to no CPU);
 //   - on hardware (and shm), where memory changes by itself, it spins,
 //     and on one poll in hwPureSpins it drives the fabric and yields:
 //     to goroutines for a few such polls, then for HWSpin to other processes
@@ -100,10 +102,10 @@ const HWSpin = time.Millisecond
 const hwSpinPauses = 1
 
 const (
-	localMaxSleep = 100 * time.Microsecond // soft: cap of the doubling sleeps
-	hwYields      = 16                     // hardware: polls yielding to goroutines only
-	hwPureSpins   = 64                     // hardware: polls per one that drives the fabric
-	hwClockEvery  = 16                     // hardware: polls per look at the clock while yielding
+	localMaxSleep = time.Millisecond // soft: cap of the doubling sleeps
+	hwYields      = 16               // hardware: polls yielding to goroutines only
+	hwPureSpins   = 64               // hardware: polls per one that drives the fabric
+	hwClockEvery  = 16               // hardware: polls per look at the clock while yielding
 )
 
 // NewPoller starts a wait bounded by the fabric's timeout.
@@ -208,7 +210,7 @@ func (w *Poller) Pause() bool {
 		d = min(d, w.deadline.Sub(now))
 	}
 	w.f.EndProgress() // asleep, it polls no more: the reader goroutines take over
-	time.Sleep(d)
+	spin.Sleep(d)
 	w.pause = min(2*w.pause, localMaxSleep)
 	return true
 }
