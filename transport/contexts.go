@@ -103,6 +103,7 @@ func (f *Fabric) openContexts(b Bootstrap, s config.Settings, notice func(string
 	}
 	ranks, cpus := launch.CPUShare(topo.NodeSize())
 	f.shareCores = ranks > cpus
+	f.crowded = ranks > 2*cpus
 	f.procs = runtime.GOMAXPROCS(0)
 	cfg := providerConfig(b, s, f.timeout, ranks, cpus)
 	f.via = make([]uint8, f.size)

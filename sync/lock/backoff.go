@@ -16,7 +16,9 @@ import (
 // ones sleep in the kernel (spin.Sleep), not on Go's timers, which turn
 // any sleep under a millisecond into about one (1.06 ms for 10-200 µs
 // here, go1.26): a 64 µs backoff then lasted 1 ms, and an exclusive lock
-// on a busy target was retried only every millisecond.
+// on a busy target was retried only every millisecond. On a crowded node
+// (transport.Fabric.Crowded) they still sleep on Go's timers: there the
+// longer sleep leaves the cores to the holder and the target.
 const (
 	backoffMin = time.Microsecond
 	backoffMax = time.Millisecond
@@ -30,14 +32,16 @@ type backoff struct {
 	d        time.Duration
 	timeout  time.Duration // 0: no deadline
 	deadline time.Time     // set at the first pause
+	coarse   bool          // sleep on Go's timers (a crowded node)
 }
 
 // reset starts a schedule bounded by timeout (0: unbounded), counted from
-// the first pause.
-func (b *backoff) reset(timeout time.Duration) {
+// the first pause; coarse: its sleeps are Go's timer sleeps.
+func (b *backoff) reset(timeout time.Duration, coarse bool) {
 	b.d = backoffMin
 	b.timeout = timeout
 	b.deadline = time.Time{}
+	b.coarse = coarse
 }
 
 // pause waits once and lengthens the next wait. It returns false, without
@@ -59,6 +63,8 @@ func (b *backoff) pause() bool {
 		for end := now.Add(w); time.Now().Before(end); {
 			runtime.Gosched()
 		}
+	} else if b.coarse {
+		time.Sleep(w)
 	} else {
 		spin.Sleep(w)
 	}

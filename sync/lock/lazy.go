@@ -156,7 +156,7 @@ func (l *Locks) with(p *Pending, read bool, local transport.Local, remote transp
 func (l *Locks) Confirm(p *Pending) (skipped bool, err error) {
 	sl := &l.slots[p.t]
 	var b backoff
-	b.reset(l.f.Timeout())
+	b.reset(l.f.Timeout(), l.f.Crowded())
 	if p.shared {
 		return l.confirmShared(p, sl, &b)
 	}

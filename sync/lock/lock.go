@@ -123,7 +123,7 @@ func (l *Locks) Lock(target int, exclusive bool) error {
 	if err == nil {
 		sl := &l.slots[target]
 		var b backoff
-		b.reset(l.f.Timeout())
+		b.reset(l.f.Timeout(), l.f.Crowded())
 		switch {
 		case !exclusive:
 			err = l.lockShared(sl, target, &b)
@@ -148,7 +148,7 @@ func (l *Locks) LockAll() error {
 	err := l.sizeErr()
 	if err == nil {
 		var b backoff
-		b.reset(l.f.Timeout())
+		b.reset(l.f.Timeout(), l.f.Crowded())
 		if l.target {
 			err = l.lockAll(&b)
 		} else {
