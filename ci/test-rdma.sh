@@ -3,7 +3,9 @@
 # QEMU VM (ci/softroce). Builds the ibv-tagged test binaries and commands on
 # the host, then inside the VM runs: the verbs/ibv provider tests, the rma
 # suite as separate processes under rmarun with the ibv provider (2 and 4
-# ranks), the ping-pong on ibv, and perftest's latency tests for reference.
+# ranks), the ping-pong, the one-sided latencies and the OSU-style put
+# bandwidth on ibv, and perftest's latency and write-bandwidth tests for
+# reference (ci/softroce/run.sh --perftest).
 # Exits non-zero if anything fails. Extra arguments go to ci/softroce/run.sh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,4 +35,5 @@ exec "$ROOT/ci/softroce/run.sh" --perftest \
   "$ENVS $RUN -n 4 rma.test -test.count=1" \
   "$ENVS $RUN -n 5 rma.test -test.count=1" \
   "$ENVS $RUN -n 2 pingpong oneone -mode fence3,fence2,lock,get -max 12 -reps 12 -warmup 2 -iters 20" \
-  "$ENVS $RUN -n 2 pingpong lat -reps 12 -warmup 2"
+  "$ENVS $RUN -n 2 pingpong lat -reps 12 -warmup 2" \
+  "$ENVS $RUN -n 2 pingpong osu -b put_bw -s flush -m 8:65536 -no-progress"

@@ -1,12 +1,15 @@
 #!/bin/sh
 # perfpair TOOL [ARGS...]: runs a perftest latency tool (ib_write_lat,
-# ib_read_lat, ib_atomic_lat, ib_send_lat) as server and client in this VM
-# over rxe0 and prints
+# ib_read_lat, ib_atomic_lat, ib_send_lat) or bandwidth tool (ib_write_bw,
+# ib_read_bw) as server and client in this VM over rxe0 and prints
 #
 #   RMAGO-PERF tool=<TOOL> args='<ARGS>' bytes=<n> t_typical_usec=<t>
+#   RMAGO-PERF tool=<TOOL> args='<ARGS>' bytes=<n> bw_avg_mbps=<MB/s>
 #
-# Use t_typical: under QEMU TCG, t_avg has timer-tick stalls. Exits non-zero
-# when either side fails. Installed as /rmago/bin/perfpair in the VM.
+# Use t_typical: under QEMU TCG, t_avg has timer-tick stalls. The bandwidth
+# tools report "BW average[MB/sec]" (perftest's MB: 2^20 bytes). Exits
+# non-zero when either side fails. Installed as /rmago/bin/perfpair in the
+# VM.
 tool=$1
 shift
 args="$*"
@@ -40,9 +43,19 @@ if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
 	sed 's/^/  [server] /' /tmp/perf-srv.log
 	exit 1
 fi
-line=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 6 {print $1, $5; exit}' /tmp/perf-cli.log)
+case $tool in
+*_bw)
+	# #bytes #iterations BW-peak BW-average MsgRate
+	line=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF == 5 {print $1, $4; exit}' /tmp/perf-cli.log)
+	metric=bw_avg_mbps
+	;;
+*)
+	line=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 6 {print $1, $5; exit}' /tmp/perf-cli.log)
+	metric=t_typical_usec
+	;;
+esac
 [ -n "$line" ] || {
 	echo "perfpair: no result line"
 	exit 1
 }
-echo "RMAGO-PERF tool=$tool args='$args' bytes=${line% *} t_typical_usec=${line#* }"
+echo "RMAGO-PERF tool=$tool args='$args' bytes=${line% *} $metric=${line#* }"

@@ -15,8 +15,9 @@
 #   --file SRC[:DST]  copy SRC to DST (default /rmago/<basename>); repeatable
 #   --cmds FILE       read commands from FILE, one per line ('#' comments and
 #                     blank lines skipped); added before the COMMAND arguments
-#   --perftest        also run ib_write_lat, ib_read_lat and ib_atomic_lat
-#                     (server and client in the VM) and report t_typical
+#   --perftest        also run ib_write_lat, ib_read_lat, ib_atomic_lat and
+#                     ib_write_bw (server and client in the VM) and report
+#                     t_typical and BW average
 #   --timeout SECS    wall-clock limit for the whole VM (default 1200)
 #   --cmd-timeout S   limit per command inside the VM (default 900)
 #   --log FILE        keep the full console log there (default
@@ -82,6 +83,7 @@ if [ $PERF -eq 1 ]; then
 	for s in 2 64 4096; do CMDS+=("perfpair ib_read_lat -s $s -n 1000"); done
 	CMDS+=("perfpair ib_atomic_lat -n 1000")
 	CMDS+=("perfpair ib_atomic_lat -A CMP_AND_SWAP -n 1000")
+	for s in 8 4096 65536; do CMDS+=("perfpair ib_write_bw -s $s -n 2000"); done
 fi
 [ ${#CMDS[@]} -gt 0 ] || [ $SETUP_ONLY -eq 1 ] || die "no commands to run (see --help)"
 
@@ -170,8 +172,8 @@ if [ $VERBOSE -eq 0 ]; then
 	sed -n '/^=== RMAGO-CMD [0-9]* BEGIN/,/^=== RMAGO-CMD [0-9]* END/p; /^=== RMAGO-SETUP-FAILED/,$p' "$LOG"
 fi
 if grep -aq '^RMAGO-PERF ' "$LOG"; then
-	echo "---- perftest (t_typical, usec) ----"
-	sed -n "s/^RMAGO-PERF tool=\([^ ]*\) args='\(.*\)' bytes=\([0-9]*\) t_typical_usec=\(.*\)/\1 \2: \4/p" "$LOG"
+	echo "---- perftest (latency: t_typical, usec; bandwidth: BW average, MB/s of 2^20 bytes) ----"
+	sed -n "s/^RMAGO-PERF tool=\([^ ]*\) args='\(.*\)' bytes=\([0-9]*\) t_typical_usec=\(.*\)/\1 \2: \4/p; s/^RMAGO-PERF tool=\([^ ]*\) args='\(.*\)' bytes=\([0-9]*\) bw_avg_mbps=\(.*\)/\1 \2: \4 MB\/s/p" "$LOG"
 fi
 ready=$(sed -n 's/^=== RMAGO-READY uptime=\([0-9.]*\).*/\1/p' "$LOG" | head -1)
 summary=$(grep -a '^=== RMAGO-SUMMARY ' "$LOG" | tail -1 || true)
