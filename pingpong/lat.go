@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/rmago/rmago/rma"
@@ -14,6 +15,7 @@ func runLat(args []string) error {
 	reps := fs.Int("reps", 12, "repetitions (the fastest and slowest are dropped)")
 	warmup := fs.Int("warmup", 3, "untimed repetitions before the timed ones")
 	iters := fs.Int("iters", 1, "hundreds of operations per repetition")
+	ops := fs.String("ops", "put,get,fetch-add", "operations to measure, comma-separated: put (put+flush), get (get+flush), fetch-add")
 	fs.Int("max", 0, "ignored (accepted for the ping-pong's command lines)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -27,19 +29,44 @@ func runLat(args []string) error {
 	if *reps < 3 || *iters < 1 || *warmup < 0 {
 		return usagef("need -reps >= 3, -iters >= 1, -warmup >= 0")
 	}
+	sel, err := latOps(*ops)
+	if err != nil {
+		return err
+	}
 	j, err := startJob(&c, "one-sided latency", 2, 2)
 	if err != nil {
 		return err
 	}
-	return j.finish(latencies(j, *reps, *warmup, *iters*100))
+	return j.finish(latencies(j, sel, *reps, *warmup, *iters*100))
+}
+
+// latSel says which of lat's operations run.
+type latSel struct{ put, get, fetchAdd bool }
+
+// latOps parses -ops.
+func latOps(list string) (latSel, error) {
+	var s latSel
+	for _, op := range strings.Split(list, ",") {
+		switch strings.TrimSpace(op) {
+		case "put":
+			s.put = true
+		case "get":
+			s.get = true
+		case "fetch-add":
+			s.fetchAdd = true
+		default:
+			return s, usagef("-ops: unknown operation %q (put, get, fetch-add)", op)
+		}
+	}
+	return s, nil
 }
 
 // latencies measures rank 0's one-sided operations on rank 1's window,
 // rank 1 taking no part, inside one LockAll epoch: put of n bytes then
 // flush, get of n bytes then flush (n = 8, 1 KiB, 4 KiB), and an 8-byte
-// fetch-and-add. Each figure is per operation, over reps repetitions of n
-// operations.
-func latencies(j *job, reps, warmup, n int) (err error) {
+// fetch-and-add (those sel names). Each figure is per operation, over reps
+// repetitions of n operations.
+func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 	var ws windows
 	defer func() { ws.free(&err) }()
 	w := j.w
@@ -94,6 +121,9 @@ func latencies(j *job, reps, warmup, n int) (err error) {
 			return nil
 		}
 		for _, b := range []int{8, 1024, 4096} {
+			if !sel.put {
+				break
+			}
 			for i := range b {
 				src.Local()[i] = byte(i*13 + b)
 			}
@@ -108,15 +138,23 @@ func latencies(j *job, reps, warmup, n int) (err error) {
 			}
 		}
 		for _, b := range []int{8, 1024, 4096} {
+			if !sel.get {
+				break
+			}
 			err := measure("get+flush", b, func() error {
 				if err := win.Get(src.Local()[:b], 1, 0); err != nil {
 					return err
 				}
 				return win.Flush(1)
 			}, func() error {
-				// The last put left rank 1's first 4 KiB as put+flush wrote them.
+				// The last put left rank 1's first 4 KiB as put+flush wrote
+				// them; without puts they are as rank 1 set them.
 				for i := range b {
-					if want := byte(i*13 + 4096); src.Local()[i] != want {
+					want := byte(i * 7)
+					if sel.put {
+						want = byte(i*13 + 4096)
+					}
+					if src.Local()[i] != want {
 						return fmt.Errorf("DATA VERIFICATION FAILED: get of %d bytes: byte %d is %d, want %d", b, i, src.Local()[i], want)
 					}
 				}
@@ -127,7 +165,11 @@ func latencies(j *job, reps, warmup, n int) (err error) {
 			}
 		}
 		var want int64
-		err := measure("fetch-add", 8, func() error {
+		measureFAA := measure
+		if !sel.fetchAdd {
+			measureFAA = func(string, int, func() error, func() error) error { return nil }
+		}
+		err := measureFAA("fetch-add", 8, func() error {
 			old, err := ctr.FetchAndOp(1, 1, 0, rma.Sum)
 			if err == nil && old != want {
 				err = fmt.Errorf("DATA VERIFICATION FAILED: fetch-add returned %d, want %d", old, want)
@@ -145,7 +187,7 @@ func latencies(j *job, reps, warmup, n int) (err error) {
 	if err := w.Barrier(); err != nil {
 		return err
 	}
-	if w.Rank() == 1 {
+	if w.Rank() == 1 && sel.put {
 		for i := range 4096 {
 			if want := byte(i*13 + 4096); win.Local()[i] != want {
 				return fmt.Errorf("DATA VERIFICATION FAILED: rank 1 after put+flush: byte %d is %d, want %d", i, win.Local()[i], want)

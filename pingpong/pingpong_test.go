@@ -192,6 +192,16 @@ func TestLat(t *testing.T) {
 	if len(rep.Results) != 7 {
 		t.Errorf("%d results, want 7 (3 put, 3 get, fetch-add)", len(rep.Results))
 	}
+	// -ops picks operations; a get without puts before it checks rank 1's
+	// own pattern.
+	rep = runJSON(t, 2, "lat", "-quick", "-ops", "get,fetch-add")
+	syncs := map[string]int{}
+	for _, r := range rep.Results {
+		syncs[r.Sync]++
+	}
+	if len(rep.Results) != 4 || syncs["get+flush"] != 3 || syncs["fetch-add"] != 1 {
+		t.Errorf("-ops get,fetch-add: results %v, want 3 get+flush and 1 fetch-add", syncs)
+	}
 }
 
 // A run that moves wrong data must fail loudly.
