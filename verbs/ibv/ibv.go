@@ -207,7 +207,8 @@ type devContext struct {
 	gid      [16]byte
 	global   bool // use a GRH (RoCE, or a GID chosen on InfiniBand)
 
-	spinPolls int // verbs.Config.SpinPolls (cq.fixed)
+	spinPolls int   // verbs.Config.SpinPolls (cq.fixed)
+	pace      pacer // its posting goroutines' yields (pacer.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -1079,6 +1080,13 @@ func (q *qp) postErr(what string, rc C.int) error {
 // are caught before posting: the ones before it are posted, and it is
 // returned with an error wrapping verbs.ErrInvalid.
 func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
+	bad, err := q.postSend(first)
+	q.c.pace.posted()
+	return bad, err
+}
+
+// postSend is PostSend under the send lock.
+func (q *qp) postSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	switch q.state {
