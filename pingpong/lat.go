@@ -43,6 +43,14 @@ func runLat(args []string) error {
 // latSel says which of lat's operations run.
 type latSel struct{ put, get, fetchAdd bool }
 
+// latSizes is the sizes lat measures an operation at: none if it is off.
+func latSizes(on bool) []int {
+	if !on {
+		return nil
+	}
+	return []int{8, 1024, 4096}
+}
+
 // latOps parses -ops.
 func latOps(list string) (latSel, error) {
 	var s latSel
@@ -120,10 +128,7 @@ func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 			j.add(r)
 			return nil
 		}
-		for _, b := range []int{8, 1024, 4096} {
-			if !sel.put {
-				break
-			}
+		for _, b := range latSizes(sel.put) {
 			for i := range b {
 				src.Local()[i] = byte(i*13 + b)
 			}
@@ -137,10 +142,7 @@ func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 				return err
 			}
 		}
-		for _, b := range []int{8, 1024, 4096} {
-			if !sel.get {
-				break
-			}
+		for _, b := range latSizes(sel.get) {
 			err := measure("get+flush", b, func() error {
 				if err := win.Get(src.Local()[:b], 1, 0); err != nil {
 					return err
@@ -164,21 +166,19 @@ func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 				return err
 			}
 		}
-		var want int64
-		measureFAA := measure
-		if !sel.fetchAdd {
-			measureFAA = func(string, int, func() error, func() error) error { return nil }
-		}
-		err := measureFAA("fetch-add", 8, func() error {
-			old, err := ctr.FetchAndOp(1, 1, 0, rma.Sum)
-			if err == nil && old != want {
-				err = fmt.Errorf("DATA VERIFICATION FAILED: fetch-add returned %d, want %d", old, want)
+		if sel.fetchAdd {
+			var want int64
+			err := measure("fetch-add", 8, func() error {
+				old, err := ctr.FetchAndOp(1, 1, 0, rma.Sum)
+				if err == nil && old != want {
+					err = fmt.Errorf("DATA VERIFICATION FAILED: fetch-add returned %d, want %d", old, want)
+				}
+				want++
+				return err
+			}, func() error { return nil })
+			if err != nil {
+				return err
 			}
-			want++
-			return err
-		}, func() error { return nil })
-		if err != nil {
-			return err
 		}
 		if err := errors2(win.UnlockAll(), ctr.UnlockAll()); err != nil {
 			return err

@@ -1078,7 +1078,9 @@ func (q *qp) postErr(what string, rc C.int) error {
 
 // PostSend posts the chain in one cgo call per 64 requests. Invalid requests
 // are caught before posting: the ones before it are posted, and it is
-// returned with an error wrapping verbs.ErrInvalid.
+// returned with an error wrapping verbs.ErrInvalid. Once the requests are
+// posted the caller may yield to Go's scheduler, at most once a
+// millisecond per context (pacer.go).
 func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	bad, err := q.postSend(first)
 	q.c.pace.posted()
