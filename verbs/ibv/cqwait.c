@@ -99,7 +99,7 @@ int rg_cq_block(rg_waiter *w, int n, struct ibv_wc *raw, rg_wc *out, int timeout
 		int rc = ibv_req_notify_cq(w->cq, 0);
 		if (rc) return -(rc > 0 ? rc : EIO);
 		w->armed = 1;
-		if ((k = rg_poll(w->cq, n, raw, out)) != 0) return k < 0 ? -EIO : k;
+		if ((k = rg_poll_cq(w->cq, n, raw, out)) != 0) return k < 0 ? -EIO : k;
 	}
 	struct pollfd p[2] = {{.fd = w->ch->fd, .events = POLLIN}, {.fd = w->wake, .events = POLLIN}};
 	int r = poll(p, 2, timeout_ms);
@@ -114,6 +114,6 @@ int rg_cq_block(rg_waiter *w, int n, struct ibv_wc *raw, rg_wc *out, int timeout
 		// take would make poll() return at once for ever.
 		if (!k && (p[0].revents & (POLLERR | POLLHUP | POLLNVAL))) return -EIO;
 	}
-	k = rg_poll(w->cq, n, raw, out);
+	k = rg_poll_cq(w->cq, n, raw, out);
 	return k < 0 ? -EIO : k;
 }

@@ -393,6 +393,8 @@ func (c *devContext) CreateCQ(depth int) (verbs.CQ, error) {
 	q := &cq{c: c, cq: w.cq, w: w}
 	q.raw = (*C.struct_ibv_wc)(cAlloc(n, unsafe.Sizeof(C.struct_ibv_wc{})))
 	q.out = unsafe.Slice((*C.rg_wc)(cAlloc(n, unsafe.Sizeof(C.rg_wc{}))), n)
+	q.pq = (*C.rg_pollq)(cAlloc(1, unsafe.Sizeof(C.rg_pollq{})))
+	*q.pq = C.rg_pollq{cq: q.cq, raw: q.raw, out: &q.out[0]}
 	q.wraw = (*C.struct_ibv_wc)(cAlloc(n, unsafe.Sizeof(C.struct_ibv_wc{})))
 	q.wout = unsafe.Slice((*C.rg_wc)(cAlloc(n, unsafe.Sizeof(C.rg_wc{}))), n)
 	return q, nil
@@ -522,6 +524,7 @@ type cq struct {
 	cq  *C.struct_ibv_cq // nil once closed
 	raw *C.struct_ibv_wc // pollBatch ibv_wc, C memory
 	out []C.rg_wc        // flattened completions, C memory
+	pq  *C.rg_pollq      // cq, raw and out for rg_poll, C memory
 	qps int              // queue pairs created on the CQ and not closed (counted once per role)
 
 	waitMu  sync.Mutex   // one blocked waiter at a time; guards w's event state, wraw, wout
@@ -588,7 +591,7 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 		return 0, verbs.ErrClosed
 	}
 	n := min(len(wc), len(q.out))
-	k := int(C.rg_poll(q.cq, C.int(n), q.raw, &q.out[0]))
+	k := int(C.rg_poll(cAddr(unsafe.Pointer(q.pq)), C.int(n)))
 	if k > 0 {
 		convertWCs(q.out[:k], wc)
 	}
@@ -788,7 +791,8 @@ func (q *cq) Close() error {
 	C.free(unsafe.Pointer(&q.out[0]))
 	C.free(unsafe.Pointer(q.wraw))
 	C.free(unsafe.Pointer(&q.wout[0]))
-	q.raw, q.out, q.wraw, q.wout = nil, nil, nil, nil
+	C.free(unsafe.Pointer(q.pq))
+	q.raw, q.out, q.wraw, q.wout, q.pq = nil, nil, nil, nil, nil
 	return nil
 }
 
@@ -816,12 +820,18 @@ type qp struct {
 	sd     []C.rg_swr
 	ssg    []C.struct_ibv_sge
 	swr    *C.struct_ibv_send_wr
+	sq     *C.rg_sendq // qp, sd, ssg and swr for rg_post_send, C memory
 
 	recvMu sync.Mutex // guards the receive buffers
 	rd     []C.rg_rwr
 	rsg    []C.struct_ibv_sge
 	rwr    *C.struct_ibv_recv_wr
+	rq     *C.rg_recvq // qp, rd, rsg and rwr for rg_post_recv, C memory
 }
+
+// cAddr passes C memory to C as an integer, which cgo does not check for
+// Go pointers (see rg_sendq in shim.h). Never pass Go memory this way.
+func cAddr(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
 
 // cAlloc allocates n zeroed elements of size sz in C memory.
 func cAlloc(n int, sz uintptr) unsafe.Pointer {
@@ -916,6 +926,10 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 	q.rd = unsafe.Slice((*C.rg_rwr)(cAlloc(rb, unsafe.Sizeof(C.rg_rwr{}))), rb)
 	q.rsg = unsafe.Slice((*C.struct_ibv_sge)(cAlloc(rb*q.maxSGE, unsafe.Sizeof(C.struct_ibv_sge{}))), rb*q.maxSGE)
 	q.rwr = (*C.struct_ibv_recv_wr)(cAlloc(rb, unsafe.Sizeof(C.struct_ibv_recv_wr{})))
+	q.sq = (*C.rg_sendq)(cAlloc(1, unsafe.Sizeof(C.rg_sendq{})))
+	*q.sq = C.rg_sendq{qp: h, d: &q.sd[0], sges: &q.ssg[0], wrs: q.swr}
+	q.rq = (*C.rg_recvq)(cAlloc(1, unsafe.Sizeof(C.rg_recvq{})))
+	*q.rq = C.rg_recvq{qp: h, d: &q.rd[0], sges: &q.rsg[0], wrs: q.rwr}
 	return q, nil
 }
 
@@ -1115,7 +1129,7 @@ func (q *qp) postSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 			wr = wr.Next
 		}
 		if n > 0 {
-			if r := C.rg_post_send(q.qp, &q.sd[0], C.int(n), &q.ssg[0], q.swr); r != 0 {
+			if r := C.rg_post_send(cAddr(unsafe.Pointer(q.sq)), C.int(n)); r != 0 {
 				return nthSend(batch, int(r>>32)), q.postErr("ibv_post_send", C.int(int32(r)))
 			}
 		}
@@ -1155,7 +1169,7 @@ func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
 			wr = wr.Next
 		}
 		if n > 0 {
-			if r := C.rg_post_recv(q.qp, &q.rd[0], C.int(n), &q.rsg[0], q.rwr); r != 0 {
+			if r := C.rg_post_recv(cAddr(unsafe.Pointer(q.rq)), C.int(n)); r != 0 {
 				for i := int(r >> 32); i > 0 && batch.Next != nil; i-- {
 					batch = batch.Next
 				}
@@ -1191,7 +1205,9 @@ func (q *qp) Close() error {
 	C.free(unsafe.Pointer(&q.rd[0]))
 	C.free(unsafe.Pointer(&q.rsg[0]))
 	C.free(unsafe.Pointer(q.rwr))
-	q.sd, q.ssg, q.swr, q.rd, q.rsg, q.rwr = nil, nil, nil, nil, nil, nil
+	C.free(unsafe.Pointer(q.sq))
+	C.free(unsafe.Pointer(q.rq))
+	q.sd, q.ssg, q.swr, q.rd, q.rsg, q.rwr, q.sq, q.rq = nil, nil, nil, nil, nil, nil, nil, nil
 	q.qp = nil
 	return nil
 }

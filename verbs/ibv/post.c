@@ -10,9 +10,11 @@
 // rg_post_send returns 0, or the error code in the low 32 bits and the
 // index of the first request not posted in the high 32 (no out-parameter:
 // a pointer to a Go local would make it escape to the heap).
-int64_t rg_post_send(struct ibv_qp *qp, const rg_swr *d, int n, struct ibv_sge *sges,
-		struct ibv_send_wr *wrs) {
-	struct ibv_sge *sg = sges;
+int64_t rg_post_send(uintptr_t sendq, int n) {
+	const rg_sendq *q = (const rg_sendq *)sendq;
+	const rg_swr *d = q->d;
+	struct ibv_send_wr *wrs = q->wrs;
+	struct ibv_sge *sg = q->sges;
 	for (int i = 0; i < n; i++) {
 		struct ibv_send_wr *w = &wrs[i];
 		memset(w, 0, sizeof *w);
@@ -44,15 +46,17 @@ int64_t rg_post_send(struct ibv_qp *qp, const rg_swr *d, int n, struct ibv_sge *
 		}
 	}
 	struct ibv_send_wr *bad = NULL;
-	int rc = ibv_post_send(qp, wrs, &bad);
+	int rc = ibv_post_send(q->qp, wrs, &bad);
 	if (!rc) return 0;
 	return (int64_t)(uint32_t)rc | ((int64_t)(bad ? bad - wrs : 0) << 32);
 }
 
 // rg_post_recv returns like rg_post_send.
-int64_t rg_post_recv(struct ibv_qp *qp, const rg_rwr *d, int n, struct ibv_sge *sges,
-		struct ibv_recv_wr *wrs) {
-	struct ibv_sge *sg = sges;
+int64_t rg_post_recv(uintptr_t recvq, int n) {
+	const rg_recvq *q = (const rg_recvq *)recvq;
+	const rg_rwr *d = q->d;
+	struct ibv_recv_wr *wrs = q->wrs;
+	struct ibv_sge *sg = q->sges;
 	for (int i = 0; i < n; i++) {
 		struct ibv_recv_wr *w = &wrs[i];
 		w->wr_id = d[i].wr_id;
@@ -62,13 +66,19 @@ int64_t rg_post_recv(struct ibv_qp *qp, const rg_rwr *d, int n, struct ibv_sge *
 		sg += d[i].num_sge;
 	}
 	struct ibv_recv_wr *bad = NULL;
-	int rc = ibv_post_recv(qp, wrs, &bad);
+	int rc = ibv_post_recv(q->qp, wrs, &bad);
 	if (!rc) return 0;
 	return (int64_t)(uint32_t)rc | ((int64_t)(bad ? bad - wrs : 0) << 32);
 }
 
-// rg_poll polls up to n completions into raw and flattens them into out.
-int rg_poll(struct ibv_cq *cq, int n, struct ibv_wc *raw, rg_wc *out) {
+// rg_poll polls up to n completions into the rg_pollq's buffers.
+int rg_poll(uintptr_t pollq, int n) {
+	const rg_pollq *q = (const rg_pollq *)pollq;
+	return rg_poll_cq(q->cq, n, q->raw, q->out);
+}
+
+// rg_poll_cq polls up to n completions into raw and flattens them into out.
+int rg_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *raw, rg_wc *out) {
 	int k = ibv_poll_cq(cq, n, raw);
 	for (int i = 0; i < k; i++) {
 		out[i].wr_id = raw[i].wr_id;
