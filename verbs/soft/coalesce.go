@@ -105,8 +105,7 @@ func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
 	}
 	q.corkLen = off
 	if f.kind == kReqFAA || f.kind == kReqCAS {
-		q.corkArmed = true
-		q.corkTimer.Reset(min(corkAtomicDelay, q.ctx.corkDelay))
+		q.armCork(min(corkAtomicDelay, q.ctx.corkDelay))
 	}
 	if !q.corked.Load() {
 		q.corked.Store(true)
@@ -116,6 +115,18 @@ func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
 			q.corkTimer.Reset(q.ctx.corkDelay)
 		}
 	}
+}
+
+// armCork sets the cork's timer to fire within d, for something that may
+// wait no longer (an atomic, held answers); sendMu held. A timer already
+// set within d is left alone (the time it has left is not known: one
+// set for d or less, corkShort, is taken to be within it).
+func (q *qp) armCork(d time.Duration) {
+	if q.corkArmed && q.corkShort <= d && q.corkShort > 0 {
+		return
+	}
+	q.corkArmed, q.corkShort = true, d
+	q.corkTimer.Reset(d)
 }
 
 // mergeWrite appends write f to the cork's last frame instead of adding
@@ -185,10 +196,11 @@ func (q *qp) sendCork() {
 // holds now goes.
 func (q *qp) corkExpired() {
 	q.sendMu.Lock()
-	q.corkArmed = false
+	q.corkArmed, q.corkShort = false, 0
 	if q.corked.Load() {
 		q.sendQueued()
 	}
+	q.sendHeldAnswers() // answers held for a request (held.go)
 	q.sendMu.Unlock()
 }
 

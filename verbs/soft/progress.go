@@ -110,7 +110,12 @@ const loopPassEvery = 64
 
 // pollAll runs what has arrived on every queue pair; it reports how many
 // frames ran.
-func (g *progress) pollAll() int {
+func (g *progress) pollAll() int { return g.pollEach(false) }
+
+// pollEach is pollAll; hold: the caller polls its own memory
+// (device.Progress), and the answers of what ran may wait for its next
+// request (held.go).
+func (g *progress) pollEach(hold bool) int {
 	list := g.qps.Load()
 	if list == nil {
 		return 0
@@ -121,7 +126,7 @@ func (g *progress) pollAll() int {
 		if p.loop != nil && !all {
 			continue
 		}
-		ran += p.poll()
+		ran += p.poll(hold)
 	}
 	return ran
 }
@@ -259,6 +264,7 @@ func (g *progress) spinReader() {
 func (c *device) Progress() bool {
 	g := &c.prog
 	g.sendCorks()
+	g.sendHeld()
 	if g.spinFor <= 0 {
 		// Polling is off (more ranks than cores): no token, no spinning,
 		// but one pass over the queue pairs. A caller that polls in a loop
@@ -276,7 +282,7 @@ func (c *device) Progress() bool {
 		g.handover.Store(true)
 		return false
 	}
-	return g.pollAll() > 0
+	return g.pollEach(true) > 0
 }
 
 // EndProgress gives the token back (verbs.Progresser).

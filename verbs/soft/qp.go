@@ -70,10 +70,11 @@ type qp struct {
 	cork      []byte // corkSize, allocated at attach
 	corkLen   int
 	corkRef   int
-	corkLast  int         // offset of the cork's last frame (mergeWrite), valid while corkLen > 0
-	corked    atomic.Bool // corkLen > 0 (read by pollers without sendMu)
-	corkTimer *time.Timer // sends the cork corkDelay after its first frame
-	corkArmed bool        // corkTimer is set (sendMu)
+	corkLast  int           // offset of the cork's last frame (mergeWrite), valid while corkLen > 0
+	corked    atomic.Bool   // corkLen > 0 (read by pollers without sendMu)
+	corkTimer *time.Timer   // sends the cork corkDelay after its first frame
+	corkArmed bool          // corkTimer is set (sendMu)
+	corkShort time.Duration // corkTimer was set for this, by armCork (0: for corkDelay); sendMu
 
 	// mu guards the state, the pending ring and the receive ring; cond
 	// wakes posters waiting for earlier reads (the Fence flag).
@@ -124,11 +125,16 @@ type qp struct {
 	nresp       int
 	batchReads  int // read responses among resps[:nresp] (rxMu)
 	respHdrs    [respBatch][hdrLen]byte
+	// respHeld: resps holds answers for the next request write (held.go).
+	respHeld atomic.Bool
 	// Every write's gather list, under wrMu (write.go): requests (a batch
 	// of postBatch frames), immediate and queued responses.
 	iov  [maxIov]syscall.Iovec
 	iovN int
 	wrN  int
+	// withHeld is the gather list of a request write that carries held
+	// answers: their headers (in respHeaders), then the requests (wrMu).
+	withHeld [1 + maxIov][]byte
 }
 
 func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
@@ -216,7 +222,8 @@ func (q *qp) Close() error {
 	q.mu.Unlock()
 	if rts {
 		q.sendMu.Lock()
-		q.sendQueued() // what the cork holds goes before the goodbye
+		q.sendQueued()      // what the cork holds goes before the goodbye
+		q.sendHeldAnswers() // and the answers held for a request (held.go)
 		f := frame{kind: kGoodbye, seq: q.lastExec.Load()}
 		f.encode(&q.hdr)
 		q.wrMu.Lock()
@@ -257,8 +264,8 @@ func (q *qp) awaitEnd(loop *qp, d time.Duration) {
 	defer t.Stop()
 	for {
 		if loop != nil {
-			loop.poll()
-			q.poll()
+			loop.poll(false)
+			q.poll(false)
 		}
 		select {
 		case <-q.done:

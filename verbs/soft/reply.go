@@ -54,6 +54,9 @@ const respBatch = 32
 // the writer goroutine, so that the receive engine never blocks on a write
 // (two peers blocked writing to each other would deadlock).
 func (q *qp) sendResponses() {
+	if q.respHeld.Load() {
+		q.respHeld.Store(false)
+	}
 	n := q.nresp
 	if n == 0 {
 		return

@@ -80,7 +80,11 @@ func (q *qp) sendQueued() {
 		return
 	}
 	q.wrMu.Lock()
-	err := q.writeLocked(q.bufs[:q.nbufs])
+	bufs := q.withHeldAnswers(q.bufs[:q.nbufs])
+	err := q.writeLocked(bufs)
+	if &bufs[0] == &q.withHeld[0] {
+		clear(bufs)
+	}
 	q.wrMu.Unlock()
 	clear(q.bufs[:q.nbufs])
 	q.nframes, q.nbufs = 0, 0

@@ -61,7 +61,7 @@ func (q *qp) serve() {
 	}()
 	for {
 		q.rxMu.Lock()
-		n, ok := q.drain(false)
+		n, ok := q.drain(false, false)
 		q.rxMu.Unlock()
 		if !ok {
 			return
@@ -205,7 +205,7 @@ func (s *rxStream) runReady() int {
 		s.wakeReader()
 		return 0
 	}
-	n, ok := q.drain(true)
+	n, ok := q.drain(true, false)
 	whole := ok && !q.cur.active && s.buffered() == 0
 	if whole && q.ctx.prog.sl.oneShot {
 		q.fdMu.RLock()
@@ -444,11 +444,11 @@ func (s *rxStream) frameWaiting() (bool, error) {
 // that has arrived whole, see frameReady); rxMu held. It reports how many
 // it ran, and false once the stream is finished (failure or the peer's
 // goodbye), after failing the queue pair as needed.
-func (q *qp) drain(waiter bool) (int, bool) {
+func (q *qp) drain(waiter, hold bool) (int, bool) {
 	if q.rxDone {
 		return 0, false
 	}
-	defer q.sendResponses()
+	defer q.answer(hold)
 	for n := 0; ; n++ {
 		if q.cur.active {
 			done, err := q.resume(waiter)
@@ -495,11 +495,11 @@ func (q *qp) drain(waiter bool) (int, bool) {
 
 // poll lets a waiting goroutine run what has arrived on this queue pair,
 // unless another goroutine is doing so. It reports how many frames it ran.
-func (q *qp) poll() int {
+func (q *qp) poll(hold bool) int {
 	if q.rx == nil || !q.rxMu.TryLock() {
 		return 0
 	}
-	n, _ := q.drain(true)
+	n, _ := q.drain(true, hold)
 	q.rxMu.Unlock()
 	return n
 }

@@ -117,7 +117,8 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 		waiting: map[uint32]net.Conn{},
 		timeout: cfg.Timeout,
 
-		corkDelay: corkDelay,
+		corkDelay:   corkDelay,
+		answerDelay: corkAtomicDelay,
 	}
 	c.prog.spinFor, c.prog.shareCores = spinOf(cfg), cfg.ShareCores
 	if err := c.prog.startSleeper(); err != nil {
@@ -145,6 +146,9 @@ type device struct {
 	// corkDelay bounds how long a small request waits in a queue pair's
 	// cork (coalesce.go).
 	corkDelay time.Duration
+	// answerDelay bounds how long answers wait for a request to go with
+	// (held.go; tests lengthen it).
+	answerDelay time.Duration
 
 	mu      sync.Mutex
 	qps     map[uint32]*qp      // by number
