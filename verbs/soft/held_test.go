@@ -2,8 +2,10 @@ package soft
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rmago/rmago/verbs"
 )
@@ -55,30 +57,32 @@ func startPolling(t *testing.T, a, b *side) {
 	}
 }
 
-// flagAndAdd posts, from a to b, a write of flag to b's byte 0 and a
-// signalled fetch-and-add of 5 to b's word at 8 (old value into a's word
-// at 64), in one chain, as a lock's leg sends its flag and its release.
-func flagAndAdd(t *testing.T, a, b *side, flag byte) {
+// postAdd posts, from a to b, a signalled fetch-and-add of 5 to b's word
+// at 8, the old value into a's word at 64: the last request of a lock's
+// leg, its release.
+func postAdd(t *testing.T, a, b *side) {
 	t.Helper()
-	a.buf[0] = flag
 	add := verbs.SendWR{ID: 2, Op: verbs.OpFetchAdd, Flags: verbs.Signaled, SGL: a.sge(64, 8),
 		RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey(), CompareAdd: 5}
-	put := verbs.SendWR{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 1), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Next: &add}
-	if _, err := a.qp.PostSend(&put); err != nil {
+	if _, err := a.qp.PostSend(&add); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// word is b's word at 8, which the fetch-and-adds change (atomically, at
+// the responder, so the test reads it atomically).
+func word(b *side) *uint64 { return (*uint64)(unsafe.Pointer(&b.buf[8])) }
+
 // pollFor drives b's context as a goroutine polling its own memory does
-// until b's byte 0 is flag; it returns with the poll still open (no
+// until b's word at 8 is want; it returns with the poll still open (no
 // EndProgress).
-func pollFor(t *testing.T, b *side, flag byte) {
+func pollFor(t *testing.T, b *side, want uint64) {
 	t.Helper()
 	d := b.ctx.(*device)
 	deadline := time.Now().Add(10 * time.Second)
-	for d.SyncMemory(); b.buf[0] != flag; d.SyncMemory() {
+	for atomic.LoadUint64(word(b)) != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("flag %d never came", flag)
+			t.Fatalf("the word never became %d", want)
 		}
 		d.Progress()
 	}
@@ -97,15 +101,15 @@ func wantAdd(t *testing.T, a *side, old uint64) {
 }
 
 // heldAnswer runs a leg of a lock ping-pong at b: b polls its memory
-// until a's flag comes (with the fetch-and-add after it that returns old)
-// and reports whether the fetch-and-add's answer was held. The sleeper,
+// until a's fetch-and-add (which returns old) has changed it, and reports
+// whether the fetch-and-add's answer was held. The sleeper,
 // if a frame woke it before b polled, may run the frames instead (then the
 // answer went at once, and this consumes its completion).
-func heldAnswer(t *testing.T, a, b *side, flag byte, old uint64) bool {
+func heldAnswer(t *testing.T, a, b *side, old uint64) bool {
 	t.Helper()
 	startPolling(t, a, b)
-	flagAndAdd(t, a, b, flag)
-	pollFor(t, b, flag)
+	postAdd(t, a, b)
+	pollFor(t, b, old+5)
 	if b.qp.(*qp).respHeld.Load() {
 		return true
 	}
@@ -117,16 +121,49 @@ func heldAnswer(t *testing.T, a, b *side, flag byte, old uint64) bool {
 // attempts is how many legs a test runs until one has its answer held.
 const attempts = 50
 
+// onHeld runs legs from old value base until one has its answer held at
+// b, then calls then with the old value that answer carries.
+func onHeld(t *testing.T, a, b *side, base uint64, then func(old uint64)) {
+	t.Helper()
+	atomic.StoreUint64(word(b), base)
+	for i := range uint64(attempts) {
+		if heldAnswer(t, a, b, base+5*i) {
+			then(base + 5*i)
+			return
+		}
+	}
+	t.Fatalf("no answer held in %d legs", attempts)
+}
+
+// postByte posts a signalled write of v from from's byte off to to's byte
+// off, with ID id.
+func postByte(t *testing.T, from, to *side, off int, v byte, id uint64) {
+	t.Helper()
+	from.buf[off] = v
+	w := verbs.SendWR{ID: id, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: from.sge(off, 1), RemoteAddr: to.mr.Addr() + uint64(off), RKey: to.mr.RKey()}
+	if _, err := from.qp.PostSend(&w); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wroteByte waits for the completion of postByte's write and checks that
+// it landed.
+func wroteByte(t *testing.T, from, to *side, off int, v byte, id uint64) {
+	t.Helper()
+	if wc := waitOne(t, from.sendCQ); wc.ID != id || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("write %d: %+v", id, wc)
+	}
+	to.ctx.(*device).SyncMemory()
+	if to.buf[off] != v {
+		t.Fatalf("write %d did not land: %d", id, to.buf[off])
+	}
+}
+
 // TestHeldAnswerGoesWithRequest: the answer to an atomic that a poller ran
 // waits for the poller's next request, and goes with it.
 func TestHeldAnswerGoesWithRequest(t *testing.T) {
 	a, b := heldPair(t, false)
-	binary.LittleEndian.PutUint64(b.buf[8:], 100)
-	for i := range uint64(attempts) {
-		old := 100 + 5*i
-		if !heldAnswer(t, a, b, byte(i+1), old) {
-			continue
-		}
+	onHeld(t, a, b, 100, func(old uint64) {
 		wc := make([]verbs.WC, 1)
 		for range 100 {
 			if n, err := a.sendCQ.Poll(wc); n != 0 || err != nil {
@@ -134,37 +171,24 @@ func TestHeldAnswerGoesWithRequest(t *testing.T) {
 			}
 		}
 		// b's next request carries the answer.
-		b.buf[16] = 42
-		w := verbs.SendWR{ID: 9, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: b.sge(16, 1), RemoteAddr: a.mr.Addr() + 128, RKey: a.mr.RKey()}
-		if _, err := b.qp.PostSend(&w); err != nil {
-			t.Fatal(err)
-		}
+		postByte(t, b, a, 128, 42, 9)
 		if b.qp.(*qp).respHeld.Load() {
 			t.Fatal("the answer is still held after b's request")
 		}
 		wantAdd(t, a, old)
 		b.ctx.(verbs.Progresser).EndProgress()
-		if wc := waitOne(t, b.sendCQ); wc.ID != 9 || wc.Status != verbs.StatusSuccess {
-			t.Fatalf("b's write: %+v", wc)
-		}
-		a.ctx.(*device).SyncMemory()
-		if a.buf[128] != 42 {
-			t.Fatalf("b's write did not land: %d", a.buf[128])
-		}
-		t.Logf("held in leg %d", i+1)
-		return
-	}
-	t.Fatalf("no answer held in %d legs", attempts)
+		wroteByte(t, b, a, 128, 42, 9)
+	})
 }
 
 // TestHeldAnswerBounded: a poller that found its flag and then does
 // nothing still answers, within the bound (answerDelay).
 func TestHeldAnswerBounded(t *testing.T) {
 	a, b := heldPair(t, true)
-	binary.LittleEndian.PutUint64(b.buf[8:], 7)
+	atomic.StoreUint64(word(b), 7)
 	held := 0
 	for i := range uint64(attempts) {
-		if heldAnswer(t, a, b, byte(i+1), 7+5*i) {
+		if heldAnswer(t, a, b, 7+5*i) {
 			held++
 			b.ctx.(verbs.Progresser).EndProgress()
 			wantAdd(t, a, 7+5*i)
@@ -182,49 +206,25 @@ func TestHeldAnswerBounded(t *testing.T) {
 // old value.
 func TestHeldAnswerOrder(t *testing.T) {
 	a, b := heldPair(t, false)
-	binary.LittleEndian.PutUint64(b.buf[8:], 1000)
-	for i := range uint64(attempts) {
-		old := 1000 + 5*i
-		if !heldAnswer(t, a, b, byte(i+1), old) {
-			continue
-		}
+	onHeld(t, a, b, 1000, func(old uint64) {
 		// b stops polling: its sleeper or reader goroutine runs the next
 		// request, a signalled write, and answers it.
 		b.ctx.(verbs.Progresser).EndProgress()
-		a.buf[32] = 77
-		w := verbs.SendWR{ID: 3, Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(32, 1), RemoteAddr: b.mr.Addr() + 32, RKey: b.mr.RKey()}
-		if _, err := a.qp.PostSend(&w); err != nil {
-			t.Fatal(err)
-		}
+		postByte(t, a, b, 32, 77, 3)
 		wantAdd(t, a, old)
-		if wc := waitOne(t, a.sendCQ); wc.ID != 3 || wc.Status != verbs.StatusSuccess {
-			t.Fatalf("write completion %+v", wc)
-		}
-		b.ctx.(*device).SyncMemory()
-		if b.buf[32] != 77 {
-			t.Fatalf("write did not land: %d", b.buf[32])
-		}
-		return
-	}
-	t.Fatalf("no answer held in %d legs", attempts)
+		wroteByte(t, a, b, 32, 77, 3)
+	})
 }
 
 // TestHeldAnswerAtClose: a queue pair closed with answers held sends them
 // before its goodbye, so the peer's atomic completes with its old value.
 func TestHeldAnswerAtClose(t *testing.T) {
 	a, b := heldPair(t, false)
-	binary.LittleEndian.PutUint64(b.buf[8:], 30)
-	for i := range uint64(attempts) {
-		old := 30 + 5*i
-		if !heldAnswer(t, a, b, byte(i+1), old) {
-			continue
-		}
+	onHeld(t, a, b, 30, func(old uint64) {
 		b.ctx.(verbs.Progresser).EndProgress()
 		if err := b.qp.Close(); err != nil {
 			t.Fatal(err)
 		}
 		wantAdd(t, a, old)
-		return
-	}
-	t.Fatalf("no answer held in %d legs", attempts)
+	})
 }
