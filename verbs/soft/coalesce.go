@@ -200,7 +200,11 @@ func (q *qp) corkExpired() {
 	if q.corked.Load() {
 		q.sendQueued()
 	}
-	q.sendHeldAnswers() // answers held for a request (held.go)
+	if q.sendHeldAnswers() { // answers held for a request (held.go)
+		// The stream's owner may have held them and not yet let go of
+		// it: try again within the bound, so they are never left behind.
+		q.armCork(q.ctx.answerDelay)
+	}
 	q.sendMu.Unlock()
 }
 

@@ -57,13 +57,20 @@ func (q *qp) holdable() bool {
 }
 
 // sendHeldAnswers sends the answers held on q, unless another goroutine
-// runs the stream (it sends them, or holds them again and so bounds
-// them again).
-func (q *qp) sendHeldAnswers() {
-	if q.respHeld.Load() && q.rxMu.TryLock() {
-		q.sendResponses()
-		q.rxMu.Unlock()
+// runs the stream: it sends them at the end of its run, or holds them
+// again; but it may also be past that point, about to let go of the
+// stream (the poller that held them). It reports whether answers are
+// still held.
+func (q *qp) sendHeldAnswers() bool {
+	if !q.respHeld.Load() {
+		return false
 	}
+	if !q.rxMu.TryLock() {
+		return true
+	}
+	q.sendResponses()
+	q.rxMu.Unlock()
+	return false
 }
 
 // withHeldAnswers returns the gather list of a request write: bufs, after

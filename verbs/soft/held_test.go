@@ -163,12 +163,11 @@ func wroteByte(t *testing.T, from, to *side, off int, v byte, id uint64) {
 // waits for the poller's next request, and goes with it.
 func TestHeldAnswerGoesWithRequest(t *testing.T) {
 	a, b := heldPair(t, false)
-	onHeld(t, a, b, 100, func(old uint64) {
-		wc := make([]verbs.WC, 1)
-		for range 100 {
-			if n, err := a.sendCQ.Poll(wc); n != 0 || err != nil {
-				t.Fatalf("completion before b posted anything: %+v, %v", wc[0], err)
-			}
+	atomic.StoreUint64(word(b), 100)
+	for i := range uint64(attempts) {
+		old := 100 + 5*i
+		if !heldAnswer(t, a, b, old) || sentByOther(t, a, b, old) {
+			continue
 		}
 		// b's next request carries the answer.
 		postByte(t, b, a, 128, 42, 9)
@@ -178,7 +177,40 @@ func TestHeldAnswerGoesWithRequest(t *testing.T) {
 		wantAdd(t, a, old)
 		b.ctx.(verbs.Progresser).EndProgress()
 		wroteByte(t, b, a, 128, 42, 9)
-	})
+		return
+	}
+	t.Fatalf("no answer held until b's request in %d legs", attempts)
+}
+
+// sentByOther polls a for the answer held at b, which must not come while
+// it is held, and reports whether it came: another goroutine of b ran the
+// stream and sent it, as it must (the sleeper or the reader, woken by an
+// event for data the poller took). Then the poll ends and the leg is over.
+func sentByOther(t *testing.T, a, b *side, old uint64) bool {
+	t.Helper()
+	wc := make([]verbs.WC, 1)
+	for range 100 {
+		n, err := a.sendCQ.Poll(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			continue
+		}
+		// sendResponses lets go of the answers before it writes them.
+		if b.qp.(*qp).respHeld.Load() {
+			t.Fatalf("completion while the answer is held: %+v", wc[0])
+		}
+		if wc[0].ID != 2 || wc[0].Status != verbs.StatusSuccess {
+			t.Fatalf("fetch-and-add completion %+v", wc[0])
+		}
+		if got := binary.LittleEndian.Uint64(a.buf[64:]); got != old {
+			t.Fatalf("fetch-and-add returned %d, want %d", got, old)
+		}
+		b.ctx.(verbs.Progresser).EndProgress()
+		return true
+	}
+	return false
 }
 
 // TestHeldAnswerBounded: a poller that found its flag and then does
