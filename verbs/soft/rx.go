@@ -442,13 +442,15 @@ func (s *rxStream) frameWaiting() (bool, error) {
 
 // drain runs every frame that has begun to arrive (waiter: every frame
 // that has arrived whole, see frameReady); rxMu held. It reports how many
-// it ran, and false once the stream is finished (failure or the peer's
-// goodbye), after failing the queue pair as needed.
+// it ran, a large payload received in part counting as one, and false
+// once the stream is finished (failure or the peer's goodbye), after
+// failing the queue pair as needed.
 func (q *qp) drain(waiter, hold bool) (int, bool) {
 	if q.rxDone {
 		return 0, false
 	}
 	defer q.answer(hold)
+	got := q.rx.got
 	for n := 0; ; n++ {
 		if q.cur.active {
 			done, err := q.resume(waiter)
@@ -459,6 +461,13 @@ func (q *qp) drain(waiter, hold bool) (int, bool) {
 			}
 			if !done {
 				q.rx.idle()
+				if q.rx.got != got {
+					// Part of a payload came: as much progress as a frame
+					// to a poller, which goes on spinning rather than
+					// sleep through the rest of a large put (Poller,
+					// spinCheck).
+					n++
+				}
 				return n, true
 			}
 			continue
