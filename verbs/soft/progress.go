@@ -260,7 +260,8 @@ func (g *progress) spinReader() {
 // Progress runs what has arrived on the context's queue pairs
 // (verbs.Progresser) as a waiter, which keeps the token until EndProgress:
 // a spinning reader goroutine is asked to hand it over (this call then
-// returns false; the next one polls). It reports whether any frame ran.
+// returns false; the next one polls). It reports whether any frame ran,
+// or part of a large payload came (rx.go's drain).
 func (c *device) Progress() bool {
 	g := &c.prog
 	g.sendCorks()
