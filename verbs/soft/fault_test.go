@@ -83,12 +83,7 @@ func rawPeer(t *testing.T, qp verbs.QP) net.Conn {
 // only the first sent bytes of its payload.
 func sendPartialWrite(t *testing.T, conn net.Conn, addr uint64, rkey uint32, n, sent int) {
 	t.Helper()
-	f := frame{kind: kReqWrite, len: uint32(n), seq: 1, addr: addr, rkey: rkey}
-	var h [hdrLen]byte
-	f.encode(&h)
-	if _, err := conn.Write(append(h[:], make([]byte, sent)...)); err != nil {
-		t.Fatal(err)
-	}
+	rawSend(t, conn, &frame{kind: kReqWrite, len: uint32(n), seq: 1, addr: addr, rkey: rkey}, make([]byte, sent))
 }
 
 // within runs fn and fails the test if it does not return within hangBound.

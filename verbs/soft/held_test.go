@@ -2,6 +2,7 @@ package soft
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,14 +79,8 @@ func word(b *side) *uint64 { return (*uint64)(unsafe.Pointer(&b.buf[8])) }
 // EndProgress).
 func pollFor(t *testing.T, b *side, want uint64) {
 	t.Helper()
-	d := b.ctx.(*device)
-	deadline := time.Now().Add(10 * time.Second)
-	for atomic.LoadUint64(word(b)) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("the word never became %d", want)
-		}
-		d.Progress()
-	}
+	progressUntil(t, b.ctx.(*device), fmt.Sprintf("the word becoming %d", want),
+		func() bool { return atomic.LoadUint64(word(b)) == want })
 }
 
 // wantAdd checks a's fetch-and-add completion and the old value it

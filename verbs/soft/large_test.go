@@ -138,8 +138,7 @@ func rawSend(t *testing.T, conn net.Conn, f *frame, payload []byte) {
 	}
 }
 
-// progressUntil drives d as a poller until done holds (done may be
-// d.Progress itself: until a call reports progress).
+// progressUntil drives d as a poller until done holds.
 func progressUntil(t *testing.T, d *device, what string, done func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(hangBound)
