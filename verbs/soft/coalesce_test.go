@@ -498,8 +498,9 @@ func TestMergedWrites(t *testing.T) {
 }
 
 // TestMergedWriteRefused: a merged write that runs past the target's
-// region fails whole: the error completes the last request merged into
-// it, the requests after it are flushed, and none of its bytes land
+// region fails whole: the error completes the request that began it (the
+// unsignalled writes merged into it take no pending entry: mergeFast),
+// the requests after it are flushed, and none of its bytes land
 // (mergeWrite's documented difference from hardware).
 func TestMergedWriteRefused(t *testing.T) {
 	a, b := corkedPair(t, 64)
@@ -523,7 +524,7 @@ func TestMergedWriteRefused(t *testing.T) {
 	for _, w := range []struct {
 		id uint64
 		st verbs.Status
-	}{{2, verbs.StatusRemoteAccess}, {3, verbs.StatusFlushed}} {
+	}{{1, verbs.StatusRemoteAccess}, {3, verbs.StatusFlushed}} {
 		if wc := waitOne(t, a.sendCQ); wc.ID != w.id || wc.Status != w.st {
 			t.Fatalf("completion %+v, want request %d with %v", wc, w.id, w.st)
 		}
@@ -614,5 +615,70 @@ func TestCoalescedAtomic(t *testing.T) {
 	}
 	if got := binary.LittleEndian.Uint64(b.buf[0:]); got != 7 {
 		t.Fatalf("word %d, want 7", got)
+	}
+}
+
+// pendingOf is how many requests of a's queue pair wait for completion.
+func pendingOf(a *side) int {
+	q := a.qp.(*qp)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.pn
+}
+
+// TestMergeFastTakesNoEntry: adjacent unsignalled writes after the first
+// merge into its frame without a pending entry each (mergeFast), a
+// signalled one that follows merges too and takes one, and its completion
+// is the only one and implies them all, with every byte in place.
+func TestMergeFastTakesNoEntry(t *testing.T) {
+	a, b := corkedPair(t, 4096)
+	post, last := idPoster(t, a, b)
+	const n = 200
+	for i := range n {
+		a.buf[i] = byte(i*7 + 3)
+		post(verbs.SendWR{Op: verbs.OpWrite, SGL: a.sge(i, 1), RemoteAddr: b.mr.Addr() + 1000 + uint64(i)})
+	}
+	if got := pendingOf(a); got != 1 {
+		t.Fatalf("%d pending requests after %d adjacent unsignalled writes, want 1 (the frame's first)", got, n)
+	}
+	if got, want := corked(a), hdrLen+n; got != want {
+		t.Fatalf("cork holds %d bytes, want %d (one frame)", got, want)
+	}
+	a.buf[n] = 0xee
+	post(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.Signaled, SGL: a.sge(n, 1), RemoteAddr: b.mr.Addr() + 1000 + n})
+	if got := pendingOf(a); got != 2 {
+		t.Fatalf("%d pending requests after the signalled write, want 2", got)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != last() || wc.Status != verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request %d", wc, last())
+	}
+	if k, _ := a.sendCQ.Poll(make([]verbs.WC, 4)); k != 0 {
+		t.Fatalf("%d more completions", k)
+	}
+	if got := pendingOf(a); got != 0 {
+		t.Fatalf("%d requests still pending after the completion", got)
+	}
+	if !bytes.Equal(b.buf[1000:1000+n+1], a.buf[:n+1]) {
+		t.Fatal("target's bytes differ from the writes")
+	}
+}
+
+// TestMergeFastRefusedAfterFailure: once the queue pair has failed, a
+// write adjacent to the frame still in the cork is refused with the
+// queue pair's error, as any post then, rather than merged into a frame
+// that will never leave.
+func TestMergeFastRefusedAfterFailure(t *testing.T) {
+	a, b := corkedPair(t, 64)
+	wr := verbs.SendWR{ID: 1, Op: verbs.OpWrite, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+	if _, err := a.qp.PostSend(&wr); err != nil {
+		t.Fatal(err)
+	}
+	a.qp.(*qp).SetError(errors.New("test: the queue pair fails"))
+	wr = verbs.SendWR{ID: 2, Op: verbs.OpWrite, SGL: a.sge(8, 8), RemoteAddr: b.mr.Addr() + 8, RKey: b.mr.RKey()}
+	if _, err := a.qp.PostSend(&wr); !errors.Is(err, verbs.ErrQPState) {
+		t.Fatalf("post after the failure: %v, want %v", err, verbs.ErrQPState)
+	}
+	if wc := waitOne(t, a.sendCQ); wc.ID != 1 || wc.Status == verbs.StatusSuccess {
+		t.Fatalf("completion %+v, want request 1 failed", wc)
 	}
 }

@@ -81,6 +81,7 @@ type qp struct {
 	mu         sync.Mutex
 	cond       sync.Cond
 	state      int
+	failed     atomic.Bool // state is stError (read without mu by mergeFast)
 	remote     verbs.Endpoint
 	pend       []pending
 	phead      int
@@ -298,6 +299,7 @@ func (q *qp) fail(status verbs.Status, cause error) {
 	}
 	running := q.state == stRTS
 	q.state = stError
+	q.failed.Store(true)
 	q.failStatus = status
 	q.failErr = cause
 	if q.rx != nil {

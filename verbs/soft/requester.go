@@ -61,6 +61,9 @@ func (q *qp) PostSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 func (q *qp) postSend(first *verbs.SendWR) (*verbs.SendWR, error) {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
+	if first.Next == nil && q.mergeFast(first) {
+		return nil, nil
+	}
 	for wr := first; wr != nil; wr = wr.Next {
 		if err := q.postOne(wr); err != nil {
 			q.sendQueued()
