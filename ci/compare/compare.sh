@@ -208,7 +208,8 @@ for sys in $SYSTEMS; do case $sys in rmago-*) OSU_SYS="$OSU_SYS $sys" ;; esac; d
 [ -z "$OSU_SYS" ] && OSU_SPECS=""
 [ -n "$OSU_SPECS" ] && say "OSU-style suite, rmago on$OSU_SYS (MPI's OSU 7.4 figures: docs/baselines.md)" && quiet "OSU-style suite"
 for sys in $OSU_SYS; do
-	OSU="bin/rmarun -n 2 -provider ${sys#rmago-} -quiet-prefix bin/pingpong osu -no-progress -label '$(label "$sys")'"
+	# Bound as in the one-to-one part (rmagobind), as the MPIs' putbw is.
+	OSU="bin/rmarun -n 2 $(rmagobind "$sys" 2) -provider ${sys#rmago-} -quiet-prefix bin/pingpong osu -no-progress -label '$(label "$sys")'"
 	for spec in $OSU_SPECS; do
 		set -- ${spec/:/ }
 		j=$RAW/osu.$sys.$1
