@@ -25,14 +25,18 @@ import (
 // by nothing still reaches the peer.
 //
 // A small write whose target bytes follow the cork's last frame's (an
-// unsignalled write to the same rkey) is merged into it (mergeWrite): the
-// frame grows by its payload and takes its sequence number, so that the
-// peer checks, and copies, one write instead of many. Consecutive puts of
-// a stream, such as put_bw's, then cost one header together. One
+// unsignalled write to the same rkey) is merged into it: the frame grows
+// by its payload, so that the peer checks, and copies, one write instead
+// of many. Consecutive puts of a stream, such as put_bw's, then cost one
+// header together. An unsignalled write merges before anything else is
+// done for it (mergeFast), and the request that began the frame stands
+// for it; a signalled one takes a sequence number and a pending entry,
+// and the frame takes its number and acknowledgement (mergeWrite). One
 // difference a program can see, only when it accesses memory it was not
 // granted: a merged write that fails the target's check fails whole, and
-// the error completes the last request merged (on hardware the earlier
-// writes would have landed before the queue pair failed).
+// the error completes the frame's request (the one that began it, or the
+// last signalled one merged; on hardware the earlier writes would have
+// landed before the queue pair failed).
 //
 // Ordering is unchanged: the cork holds frames in sequence order and
 // whatever is sent at once goes after them, in the same write; a
