@@ -46,7 +46,7 @@ func TestHelpOnceExitZero(t *testing.T) {
 // A bad flag or value is a usage error: exit status 2, said once.
 func TestUsageErrorExitTwo(t *testing.T) {
 	_, pp := binaries(t)
-	for _, args := range [][]string{{"-bogus"}, {"table", "-bogus"}, {"import"}, {"-reps", "1"}, {"lat", "-ops", "put,bogus"}} {
+	for _, args := range [][]string{{"-bogus"}, {"table", "-bogus"}, {"import"}, {"-reps", "1"}, {"lat", "-ops", "put,bogus"}, {"-settle", "-1ms"}} {
 		cmd := exec.Command(pp, args...)
 		cmd.Env = withoutRankEnv()
 		out, err := cmd.CombinedOutput()

@@ -34,8 +34,9 @@ func runImport(args []string) error {
 		return usagef("import: need -o FILE and at least one CSV file")
 	}
 	host, _ := os.Hostname()
+	// ci/compare/pp.c settles as pingpong does by default.
 	rep := Report{Meta: Meta{Provider: *provider, Host: host, CPUs: runtime.NumCPU(),
-		Time: time.Now().Format(time.RFC3339), Command: os.Args}}
+		Time: time.Now().Format(time.RFC3339), Command: os.Args, SettleMS: ms(defaultSettle)}}
 	for _, path := range fs.Args() {
 		var err error
 		if strings.HasSuffix(path, ".json") {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rmago/rmago/rma"
 )
@@ -20,7 +21,8 @@ type common struct {
 	window   string // allocate or create
 	quick    bool
 	noProg   bool
-	cpuProf  string // -cpuprofile: each rank's CPU profile goes to this path plus "." and its rank
+	cpuProf  string        // -cpuprofile: each rank's CPU profile goes to this path plus "." and its rank
+	settle   time.Duration // -settle: busy time before the first measurement (settle.go)
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -31,11 +33,15 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.quick, "quick", false, "a few small sizes and few repetitions (smoke test)")
 	fs.BoolVar(&c.noProg, "no-progress", false, "no progress lines on stderr")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write each rank's CPU profile to `file`.RANK (for go tool pprof)")
+	fs.DurationVar(&c.settle, "settle", defaultSettle, "keep each rank busy this long before the first measurement, so that a fresh process's runtime has settled (0: not at all)")
 }
 
 func (c *common) check() error {
 	if c.window != "allocate" && c.window != "create" {
 		return usagef("-w %q: want allocate or create", c.window)
+	}
+	if c.settle < 0 {
+		return usagef("-settle must not be negative")
 	}
 	return nil
 }
@@ -84,6 +90,9 @@ func (s *sweep) finish(fs *flag.FlagSet, all []string) ([]string, error) {
 	}
 	if s.single {
 		s.warmup, s.iters = 0, 1
+		if !set["settle"] {
+			s.settle = 0
+		}
 	}
 	switch {
 	case s.minExp < 0 || s.maxExp < s.minExp || s.maxExp > 30:

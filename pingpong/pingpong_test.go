@@ -146,6 +146,21 @@ func checkSweep(t *testing.T, rep *Report, bench string, modes []string, ranks i
 func TestOneOne(t *testing.T) {
 	rep := runJSON(t, 2, "oneone", "-quick", "-mode", "all")
 	checkSweep(t, rep, "oneone", oneOneModes, 2)
+	if rep.Meta.SettleMS != 25 {
+		t.Errorf("settle_ms %v, want the default 25", rep.Meta.SettleMS)
+	}
+}
+
+// -single is the reference method: no warm-up of any kind, one round trip
+// per repetition.
+func TestSingleDoesNotSettle(t *testing.T) {
+	rep := runJSON(t, 2, "oneone", "-single", "-max", "0", "-reps", "3")
+	if rep.Meta.SettleMS != 0 {
+		t.Errorf("settle_ms %v, want 0 with -single", rep.Meta.SettleMS)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].Iters != 1 {
+		t.Errorf("results %+v, want one size of one round trip per repetition", rep.Results)
+	}
 }
 
 func TestDefaultIsOneOneFence(t *testing.T) {

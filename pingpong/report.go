@@ -40,6 +40,7 @@ type Meta struct {
 	GOMAXPROCS    int      `json:"gomaxprocs,omitempty"`
 	Time          string   `json:"time"`              // start of the run, RFC 3339
 	Command       []string `json:"command,omitempty"` // the command line
+	SettleMS      float64  `json:"settle_ms"`         // busy time before the first measurement (-settle), ms
 }
 
 // Metric names a Result's unit.
@@ -129,6 +130,7 @@ func startJob(opt *common, name string, minRanks, maxRanks int) (*job, error) {
 		System: label, Library: "rmago", Provider: prov, Device: dev.Name, PeerProviders: peers,
 		Ranks: w.Size(), Host: host, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Time: start.Format(time.RFC3339), Command: os.Args,
+		SettleMS: ms(opt.settle),
 	}
 	if w.Rank() == 0 {
 		j.out = os.Stdout
@@ -139,6 +141,14 @@ func startJob(opt *common, name string, minRanks, maxRanks int) (*job, error) {
 	if j.prof, err = startCPUProfile(opt.cpuProf, w.Rank()); err != nil {
 		w.Close()
 		return nil, err
+	}
+	if opt.settle > 0 {
+		settle(opt.settle)
+		if err := w.Barrier(); err != nil {
+			j.prof.stop()
+			w.Close()
+			return nil, err
+		}
 	}
 	return j, nil
 }
