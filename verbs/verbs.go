@@ -599,13 +599,15 @@ const (
 	// the requests that follow: a zero-length write with immediate data
 	// (a notification), a signalled write that nobody waits for yet
 	// (transport signals one in so many so that the send queue drains),
-	// or an atomic nobody waits for yet (a lock's release; soft holds it
-	// at most 20 µs).
+	// or an atomic nobody waits for yet (a lock's release).
 	// The soft provider keeps it in its cork until a request it sends at
 	// once, a poll of or a wait on a completion queue of the context, or
-	// its cork delay (200 µs). Others send it at once. For notifications
-	// whose sender goes on to post more, such as PSCW's complete followed
-	// by the next post.
+	// its cork delay (200 µs, 20 µs for an atomic; Go timers, late once
+	// the program computes). Notifications and atomics held so are sent
+	// at once for a while after the program left one behind (verbs/soft,
+	// hold.go). Others send it at once. For notifications whose sender
+	// goes on to post more, such as PSCW's complete followed by the next
+	// post.
 	Coalesce
 	// GuardSet, on a fetch-and-add or compare-and-swap, makes the queue
 	// pair's guard at the responder the atomic's outcome: a

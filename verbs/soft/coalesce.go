@@ -20,9 +20,11 @@ import (
 // when posted with verbs.Coalesce (a lock's release nobody waits for),
 // and then at most corkAtomicDelay: other ranks may wait for it. The cork is also sent when it is full, when a
 // completion queue of the context is polled or waited on, when the
-// context is driven (device.Progress), at Close, and at the latest
-// corkDelay after its first frame, so that a request posted and followed
-// by nothing still reaches the peer.
+// context is driven (device.Progress), at Close, and when the cork's
+// timer fires, corkDelay after its first frame (a Go timer: later once
+// the program computes), so that a request posted and followed by nothing
+// still reaches the peer. What a peer waits for is held back only while
+// the program comes back for it (hold.go).
 //
 // A small write whose target bytes follow the cork's last frame's (an
 // unsignalled write to the same rkey) is merged into it: the frame grows
@@ -118,6 +120,7 @@ func (q *qp) corkFrame(f *frame, payload *[maxSGE][]byte, nseg int) {
 		q.ctx.prog.ncorked.Add(1)
 		if !q.corkArmed {
 			q.corkArmed = true
+			q.armSends = q.sends.Load()
 			q.corkTimer.Reset(q.ctx.corkDelay)
 		}
 	}
@@ -132,6 +135,7 @@ func (q *qp) armCork(d time.Duration) {
 		return
 	}
 	q.corkArmed, q.corkShort = true, d
+	q.armSends = q.sends.Load()
 	q.corkTimer.Reset(d)
 }
 
@@ -225,6 +229,13 @@ func (q *qp) uncork() {
 // corkSent records that the cork's frames were written; sendMu held.
 func (q *qp) corkSent() {
 	q.corkLen, q.corkRef = 0, 0
+	q.sends.Add(1)
+	if q.corkAwaited > 0 {
+		if !q.expiring {
+			q.ctx.hold.cameBack() // the program sent it: a post, a poll or a wait
+		}
+		q.corkAwaited = 0
+	}
 	if q.corked.Load() {
 		q.corked.Store(false)
 		q.ctx.prog.ncorked.Add(-1)
@@ -250,9 +261,16 @@ func (q *qp) sendCork() {
 func (q *qp) corkExpired() {
 	q.sendMu.Lock()
 	q.corkArmed, q.corkShort = false, 0
+	if (q.corkAwaited > 0 || q.respHeld.Load()) && q.sends.Load() == q.armSends {
+		// Awaited traffic has waited since the timer was set, with
+		// nothing written meanwhile: the program left it behind (hold.go).
+		q.ctx.hold.leftBehind()
+	}
+	q.expiring = true
 	if q.corked.Load() {
 		q.sendQueued()
 	}
+	q.expiring = false
 	if q.sendHeldAnswers() { // answers held for a request (held.go)
 		// The stream's owner may have held them and not yet let go of
 		// it: try again within the bound, so they are never left behind.

@@ -12,8 +12,10 @@ import "unsafe"
 // collected responses and leave in the same write as this side's next
 // request, or sooner: at the next device.Progress (the poller did not find
 // what it waited for and goes on polling), when any goroutine runs the
-// stream again, at Close, and at the latest answerDelay (corkAtomicDelay,
-// 20 µs) after they were held, when the cork's timer fires. Their order
+// stream again, at Close, or when the cork's timer fires, answerDelay
+// (corkAtomicDelay, 20 µs) after they were held, later once the program
+// computes (a Go timer); answers left behind so make the context answer
+// at once for a while (hold.go). Their order
 // among the answers is kept: they stay first in the collected responses,
 // and a request write takes them only if none were handed to the writer
 // goroutine before them.
@@ -26,7 +28,7 @@ import "unsafe"
 func (q *qp) answer(hold bool) {
 	if hold && q.holdable() && q.sendMu.TryLock() {
 		// The cork's timer bounds the wait (corkExpired), as it bounds a
-		// corked release's: at most answerDelay (corkAtomicDelay).
+		// corked release's: answerDelay (corkAtomicDelay) by a Go timer.
 		q.armCork(q.ctx.answerDelay)
 		q.respHeld.Store(true)
 		q.sendMu.Unlock()
@@ -53,7 +55,7 @@ func (q *qp) holdable() bool {
 			return false
 		}
 	}
-	return true
+	return q.ctx.hold.mayHold() // unless the program leaves them behind (hold.go)
 }
 
 // sendHeldAnswers sends the answers held on q, unless another goroutine
@@ -100,6 +102,8 @@ func (q *qp) withHeldAnswers(bufs [][]byte) [][]byte {
 	clear(q.resps[:n])
 	q.nresp = 0
 	q.respHeld.Store(false)
+	q.sends.Add(1)
+	q.ctx.hold.cameBack()
 	return q.withHeld[:k]
 }
 

@@ -75,6 +75,15 @@ type qp struct {
 	corkTimer *time.Timer   // sends the cork corkDelay after its first frame
 	corkArmed bool          // corkTimer is set (sendMu)
 	corkShort time.Duration // corkTimer was set for this, by armCork (0: for corkDelay); sendMu
+	// What the cork's timer needs to tell traffic left behind (hold.go):
+	// awaited frames in the cork, writes of the cork or of held answers so
+	// far, their count when the timer was set, and whether the timer is
+	// the one sending (all under sendMu but sends, which the receive
+	// engine counts too).
+	corkAwaited int
+	sends       atomic.Uint64
+	armSends    uint64
+	expiring    bool
 
 	// mu guards the state, the pending ring and the receive ring; cond
 	// wakes posters waiting for earlier reads (the Fence flag).

@@ -56,6 +56,7 @@ const respBatch = 32
 func (q *qp) sendResponses() {
 	if q.respHeld.Load() {
 		q.respHeld.Store(false)
+		q.sends.Add(1)
 	}
 	n := q.nresp
 	if n == 0 {

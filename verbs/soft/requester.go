@@ -210,7 +210,14 @@ func (q *qp) postOne(wr *verbs.SendWR) error {
 	}
 	q.mu.Unlock()
 
-	if f.flags&flagGuarded == 0 && coalescable(f.kind, p.signaled, wr.Flags&verbs.Fence != 0, wr.Flags&verbs.Coalesce != 0, total) {
+	coalesce := wr.Flags&verbs.Coalesce != 0
+	if coalesce && awaitedKind(f.kind) && !q.ctx.hold.mayHold() {
+		coalesce = false // the program leaves such traffic behind (hold.go)
+	}
+	if f.flags&flagGuarded == 0 && coalescable(f.kind, p.signaled, wr.Flags&verbs.Fence != 0, coalesce, total) {
+		if coalesce && awaitedKind(f.kind) {
+			q.corkAwaited++
+		}
 		q.corkFrame(&f, &payload, len(wr.SGL))
 		release()
 		return nil

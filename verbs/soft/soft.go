@@ -121,6 +121,7 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 		answerDelay: corkAtomicDelay,
 	}
 	c.prog.spinFor, c.prog.shareCores = spinOf(cfg), cfg.ShareCores
+	c.hold.never = c.prog.spinFor <= 0
 	if err := c.prog.startSleeper(); err != nil {
 		ln.Close()
 		return nil, err
@@ -149,6 +150,8 @@ type device struct {
 	// answerDelay bounds how long answers wait for a request to go with
 	// (held.go; tests lengthen it).
 	answerDelay time.Duration
+	// hold says whether traffic a peer waits for may be held back (hold.go).
+	hold holdState
 
 	mu      sync.Mutex
 	qps     map[uint32]*qp      // by number
