@@ -137,10 +137,19 @@ func (f *Fabric) TakeNote(tag uint32, r int) bool {
 // HasNote reports whether a notification with tag from rank r has
 // arrived and not been consumed, without consuming it or making progress.
 func (f *Fabric) HasNote(tag uint32, r int) bool {
+	return f.HasEitherNote(tag, tag, r)
+}
+
+// HasEitherNote is HasNote for a notification tagged a or b.
+func (f *Fabric) HasEitherNote(a, b uint32, r int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t := f.notes[tag]
-	return t != nil && t.from[r] > 0
+	for _, tag := range [2]uint32{a, b} {
+		if t := f.notes[tag]; t != nil && t.from[r] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // AwaitNotes waits until count notifications with tag have arrived (from

@@ -260,9 +260,16 @@ func (x *Fence) barrier(tag uint32, kind int, put bool, first []int) (bool, erro
 			continue
 		}
 		var err error
-		if x.direct(r) {
+		switch {
+		case x.direct(r):
 			err = x.noteTo(r, kind, x.n, flag)
-		} else {
+		case f.HasEitherNote(tag, tag|putBit, r):
+			// r is past this round already: this rank, the last, goes on
+			// at once, and its note may leave with what it sends next
+			// (on soft, one write instead of two, unless the program
+			// leaves such notes behind: verbs/soft/hold.go).
+			err = f.NotifySoon(r, mine)
+		default:
 			err = f.Notify(r, mine)
 		}
 		if err != nil {

@@ -31,24 +31,29 @@ const accChunk = 64 << 10
 type accState struct {
 	mu      sync.Mutex
 	free    [][]byte // fetch buffers (maxFetchAcc each) not in use
+	small   [][]byte // the same for up to smallRead bytes (a small read's copy)
 	scratch []byte   // operand pieces (executeAcc); used by the stream's owner only
 }
 
-// fetchBuf takes a buffer for a fetching accumulate's old values. Buffers
-// are allocated once and reused: at most one per fetching request the peer
-// has outstanding.
+// fetchBuf takes a buffer for a fetching accumulate's old values, or a
+// small read's data (at most smallRead bytes). Buffers are allocated once
+// and reused: at most one per such request the peer has outstanding.
 func (q *qp) fetchBuf(n uint32) []byte {
 	a := &q.acc
+	list, size := &a.free, maxFetchAcc
+	if n <= smallRead {
+		list, size = &a.small, smallRead
+	}
 	a.mu.Lock()
 	var b []byte
-	if k := len(a.free); k > 0 {
-		b = a.free[k-1]
-		a.free[k-1] = nil
-		a.free = a.free[:k-1]
+	if k := len(*list); k > 0 {
+		b = (*list)[k-1]
+		(*list)[k-1] = nil
+		*list = (*list)[:k-1]
 	}
 	a.mu.Unlock()
 	if b == nil {
-		b = make([]byte, maxFetchAcc)
+		b = make([]byte, size)
 	}
 	return b[:n]
 }
@@ -57,7 +62,11 @@ func (q *qp) fetchBuf(n uint32) []byte {
 func (q *qp) putFetchBuf(b []byte) {
 	a := &q.acc
 	a.mu.Lock()
-	a.free = append(a.free, b[:cap(b)])
+	if cap(b) == smallRead {
+		a.small = append(a.small, b[:cap(b)])
+	} else {
+		a.free = append(a.free, b[:cap(b)])
+	}
 	a.mu.Unlock()
 }
 

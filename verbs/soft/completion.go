@@ -112,6 +112,7 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 // (rx.go), then sleeps until a completion or the deadline.
 func (q *cq) Wait(wc []verbs.WC, deadline time.Time) (int, error) {
 	q.prog.sendCorks()
+	q.prog.sendHeld() // held for a request this goroutine did not make
 	if n, err := q.prog.spinWaiter(q, wc, deadline); n > 0 || err != nil {
 		return n, err
 	}

@@ -1,15 +1,13 @@
 package soft
 
-import "unsafe"
-
 // Held answers. A goroutine that polls its own memory for a peer's write
 // (device.Progress) runs the frames that arrived and usually finds what it
 // waited for in them: then its program goes on, and often posts a request
 // to the same peer at once (the lock ping-pong's next leg). The answers to
 // those frames used to leave in a write of their own just before, a
 // system call on the way to the program's next request. Now such answers
-// (headers alone, the last an atomic's result: holdable) wait in the
-// collected responses and leave in the same write as this side's next
+// (headers, or a few bytes copied when their request ran, among them a
+// read's or an atomic's: holdable) wait in the collected responses and leave in the same write as this side's next
 // request, or sooner: at the next device.Progress (the poller did not find
 // what it waited for and goes on polling), when any goroutine runs the
 // stream again, at Close, or when the cork's timer fires, answerDelay
@@ -21,12 +19,35 @@ import "unsafe"
 // goroutine before them.
 //
 // soft, 2 ranks, the lock ping-pong (lock, put, flush, the flag's
-// accumulate, unlock; 8 B): 33.0-34.3 -> 23.7-25.1 µs a round trip.
+// accumulate, unlock; 8 B): 33.0-34.3 -> 23.7-25.1 µs a round trip. A
+// goroutine waiting on a completion queue holds them too when what ran
+// gave it its completion (progress.go's spinWaiter): the get ping-pong's
+// read answer then leaves with this side's own read.
+
+// holdMode says which answers of a run of the receive engine may wait for
+// this side's next request.
+type holdMode uint8
+
+const (
+	holdNone holdMode = iota
+	// holdReads: a goroutine waiting on a completion queue, which what
+	// ran gave its completion. It may go on to poll (Unlock, then the
+	// flag's wait in the lock ping-pong) rather than post, so it holds only
+	// reads' answers: a read is made by a program that then waits for its
+	// data at a synchronization, where, on the other side, this program
+	// is most often about to make its own requests (the get ping-pong's
+	// fences).
+	holdReads
+	// holdAll: a goroutine polling its own memory (device.Progress),
+	// which found what it polled for: its program is about to answer with
+	// a request (the lock ping-pong's next leg). Reads' and atomics'.
+	holdAll
+)
 
 // answer ends a run of the receive engine: the collected responses are
-// sent, unless hold allows them to wait (holdable); rxMu held.
-func (q *qp) answer(hold bool) {
-	if hold && q.holdable() && q.sendMu.TryLock() {
+// sent, unless mode allows them to wait (holdable); rxMu held.
+func (q *qp) answer(mode holdMode) {
+	if mode != holdNone && q.holdable(mode) && q.sendMu.TryLock() {
 		// The cork's timer bounds the wait (corkExpired), as it bounds a
 		// corked release's: answerDelay (corkAtomicDelay) by a Go timer.
 		q.armCork(q.ctx.answerDelay)
@@ -38,25 +59,35 @@ func (q *qp) answer(hold bool) {
 }
 
 // holdable reports whether the collected responses may wait for this
-// side's next request: all are headers alone, and the last answers an
-// atomic. A peer that ends a batch with an atomic (a lock's release after
-// an accumulate that set a flag) waits for its old value, while this side,
-// which has just been given what it polled for, is about to answer with a
-// request of its own; a batch of writes is acknowledged at once (holding
-// those answers slowed lock_all's flag ping-pong by 4 %: the peer waited
-// for them, and this side posted nothing before its next poll). rxMu held.
-func (q *qp) holdable() bool {
+// side's next request: each is a header alone or carries a few bytes
+// copied when its request ran (a small read's data, a small fetching
+// accumulate's old values: up to smallRead), and one at least answers a
+// read or an atomic, which the peer waits for while this side, which has
+// just been given what it waited for, is about to send a request of its
+// own (the lock ping-pong's release; the get ping-pong's read, which goes
+// with this side's own read). A batch of writes alone is acknowledged at
+// once (holding those answers slowed lock_all's flag ping-pong by 4 %:
+// the peer waited for them, and this side posted nothing before its next
+// poll). rxMu held.
+func (q *qp) holdable(mode holdMode) bool {
 	n := q.nresp
-	if n == 0 || q.batchReads > 0 || q.resps[n-1].f.kind != kRespAtomic {
+	if n == 0 || q.batchReads > 0 {
 		return false
 	}
+	awaited := false
 	for i := range n {
-		if r := &q.resps[i]; len(r.data) > 0 || r.reg != nil || r.pooled {
+		r := &q.resps[i]
+		if r.reg != nil || len(r.data) > smallRead || len(r.data) > 0 && !r.pooled {
 			return false
 		}
+		awaited = awaited || r.f.kind == kRespRead || r.f.kind == kRespAtomic && mode == holdAll
 	}
-	return q.ctx.hold.mayHold() // unless the program leaves them behind (hold.go)
+	return awaited && q.ctx.hold.mayHold() // unless the program leaves them behind (hold.go)
 }
+
+// smallRead is the most data a held answer carries (holdable), and the
+// largest read whose data the responder copies when it runs.
+const smallRead = 64
 
 // sendHeldAnswers sends the answers held on q, unless another goroutine
 // runs the stream: it sends them at the end of its run, or holds them
@@ -94,10 +125,17 @@ func (q *qp) withHeldAnswers(bufs [][]byte) [][]byte {
 	if queued > 0 {
 		return bufs
 	}
+	off := 0
 	for i := range n {
-		q.resps[i].f.encode(&q.respHdrs[i])
+		r := &q.resps[i]
+		r.f.encode((*[hdrLen]byte)(q.heldSlab[off:]))
+		off += hdrLen
+		if len(r.data) > 0 {
+			off += copy(q.heldSlab[off:], r.data)
+			q.putFetchBuf(r.data)
+		}
 	}
-	q.withHeld[0] = unsafe.Slice(&q.respHdrs[0][0], n*hdrLen)
+	q.withHeld[0] = q.heldSlab[:off]
 	k := 1 + copy(q.withHeld[1:], bufs)
 	clear(q.resps[:n])
 	q.nresp = 0

@@ -255,3 +255,83 @@ func TestHeldAnswerAtClose(t *testing.T) {
 		wantAdd(t, a, old)
 	})
 }
+
+// TestHeldReadGoesWithRequest: a goroutine waiting on a completion queue
+// that runs a small read together with the notification it waited for
+// keeps the read's answer for its next request, which carries it; the
+// answer holds the data as it was when the read ran (copied then).
+func TestHeldReadGoesWithRequest(t *testing.T) {
+	a, b := heldPair(t, false)
+	q := b.qp.(*qp)
+	wc := make([]verbs.WC, 1)
+	for i := range attempts {
+		if _, err := b.qp.PostRecv(&verbs.RecvWR{ID: uint64(100 + i)}); err != nil {
+			t.Fatal(err)
+		}
+		v := byte(i + 1)
+		b.buf[512] = v
+		read := verbs.SendWR{ID: 1, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr() + 512, RKey: b.mr.RKey()}
+		note := verbs.SendWR{ID: 2, Op: verbs.OpWriteImm, Imm: uint32(i)}
+		read.Next = &note
+		if _, err := a.qp.PostSend(&read); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.recvCQ.Wait(wc, time.Now().Add(10*time.Second)); n != 1 || err != nil || wc[0].Imm != uint32(i) {
+			t.Fatalf("notification: %d %+v %v", n, wc[0], err)
+		}
+		if !q.respHeld.Load() {
+			// Another goroutine ran the frames, or they came apart: the
+			// answer went at once.
+			if c := waitOne(t, a.sendCQ); c.ID != 1 || c.Status != verbs.StatusSuccess || a.buf[0] != v {
+				t.Fatalf("read %+v brought %d, want %d", c, a.buf[0], v)
+			}
+			continue
+		}
+		b.buf[512] = v + 100 // after the read ran: not in its answer
+		postByte(t, b, a, 128, 42, 9)
+		if q.respHeld.Load() {
+			t.Fatal("the answer is still held after b's request")
+		}
+		if c := waitOne(t, a.sendCQ); c.ID != 1 || c.Status != verbs.StatusSuccess || a.buf[0] != v {
+			t.Fatalf("held read %+v brought %d, want %d", c, a.buf[0], v)
+		}
+		wroteByte(t, b, a, 128, 42, 9)
+		return
+	}
+	t.Fatalf("no read answer held in %d attempts", attempts)
+}
+
+// TestReadAnsweredWhileWaiting: a read that a goroutine waiting on its
+// completion queue runs, without the completion it waits for, is
+// answered at once (no timer would send it here), while it goes on
+// waiting.
+func TestReadAnsweredWhileWaiting(t *testing.T) {
+	a, b := heldPair(t, false)
+	if _, err := b.qp.PostRecv(&verbs.RecvWR{ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		wc := make([]verbs.WC, 1)
+		_, err := b.recvCQ.Wait(wc, time.Now().Add(20*time.Second))
+		done <- err
+	}()
+	for i := range 20 {
+		v := byte(i + 1)
+		b.buf[600] = v
+		read := verbs.SendWR{ID: uint64(10 + i), Op: verbs.OpRead, Flags: verbs.Signaled, SGL: a.sge(0, 8), RemoteAddr: b.mr.Addr() + 600, RKey: b.mr.RKey()}
+		if _, err := a.qp.PostSend(&read); err != nil {
+			t.Fatal(err)
+		}
+		if c := waitOne(t, a.sendCQ); c.ID != uint64(10+i) || c.Status != verbs.StatusSuccess || a.buf[0] != v {
+			t.Fatalf("read %+v brought %d, want %d", c, a.buf[0], v)
+		}
+	}
+	note := verbs.SendWR{ID: 99, Op: verbs.OpWriteImm, Imm: 5}
+	if _, err := a.qp.PostSend(&note); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

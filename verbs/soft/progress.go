@@ -110,12 +110,12 @@ const loopPassEvery = 64
 
 // pollAll runs what has arrived on every queue pair; it reports how many
 // frames ran.
-func (g *progress) pollAll() int { return g.pollEach(false) }
+func (g *progress) pollAll() int { return g.pollEach(holdNone) }
 
 // pollEach is pollAll; hold: the caller polls its own memory
 // (device.Progress), and the answers of what ran may wait for its next
 // request (held.go).
-func (g *progress) pollEach(hold bool) int {
+func (g *progress) pollEach(hold holdMode) int {
 	list := g.qps.Load()
 	if list == nil {
 		return 0
@@ -178,11 +178,15 @@ func (g *progress) spinWaiter(q *cq, wc []verbs.WC, deadline time.Time) (int, er
 	}
 	ran := 0
 	for i := 1; ; i++ {
-		ran += g.pollAll()
+		// The answers of what ran may wait for this goroutine's next
+		// request if what ran gave it its completion (held.go); if not,
+		// it goes on waiting, and they go now.
+		ran += g.pollEach(holdReads)
 		if n, err := q.Poll(wc); n > 0 || err != nil {
 			found = true
 			return n, err
 		}
+		g.sendHeld()
 		if i%8 == 0 {
 			var stop bool
 			if end, stop = g.spinCheck(q, time.Now(), ran, end, deadline); stop {
@@ -283,7 +287,7 @@ func (c *device) Progress() bool {
 		g.handover.Store(true)
 		return false
 	}
-	return g.pollEach(true) > 0
+	return g.pollEach(holdAll) > 0
 }
 
 // EndProgress gives the token back (verbs.Progresser).

@@ -143,8 +143,10 @@ type qp struct {
 	iovN int
 	wrN  int
 	// withHeld is the gather list of a request write that carries held
-	// answers: their headers (in respHeaders), then the requests (wrMu).
+	// answers: their headers and data (in heldSlab), then the requests
+	// (wrMu).
 	withHeld [1 + maxIov][]byte
+	heldSlab [respBatch * (hdrLen + smallRead)]byte
 }
 
 func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
@@ -274,8 +276,8 @@ func (q *qp) awaitEnd(loop *qp, d time.Duration) {
 	defer t.Stop()
 	for {
 		if loop != nil {
-			loop.poll(false)
-			q.poll(false)
+			loop.poll(holdNone)
+			q.poll(holdNone)
 		}
 		select {
 		case <-q.done:

@@ -15,8 +15,8 @@ import "github.com/rmago/rmago/verbs"
 // signalled notification goes in the same write as the read's data,
 // where it used to take a write of its own), or, if some still wait for
 // the writer goroutine, once that has written them (pushHeldRecvs).
-// Atomics and fetching accumulates answer with values copied when they
-// run, and need nothing.
+// Atomics, fetching accumulates and reads of up to smallRead bytes answer
+// with values copied when they run, and need nothing.
 
 // completeRecv puts a receive completion on the receive CQ once every read
 // response executed before it has left registered memory; rxMu held (or

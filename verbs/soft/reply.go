@@ -14,10 +14,10 @@ import (
 // connection's writer goroutine so that the reader never blocks on a write.
 type response struct {
 	f    frame
-	data []byte  // read response payload, straight from registered memory
+	data []byte  // read response payload: straight from registered memory (reg), or copied (pooled)
 	reg  *region // released (inUse.RUnlock) once data is on the wire
-	// pooled: data is a fetch buffer (accumulate.go), returned once on
-	// the wire.
+	// pooled: data is a fetch buffer (accumulate.go; a small read's copy),
+	// returned once on the wire.
 	pooled bool
 	off    int  // bytes of header and data already written
 	held   bool // off > 0 and the write lock is held for the rest (see sendResponses)

@@ -111,6 +111,15 @@ func (q *qp) execute(br frameReader, f *frame) error {
 		if st != verbs.StatusSuccess {
 			return q.nak(nil, f, st)
 		}
+		if f.len <= smallRead {
+			// Copied now, so that the answer may wait for this side's
+			// next request (held.go) without holding the memory.
+			c := q.fetchBuf(f.len)
+			copy(c, b)
+			r.inUse.RUnlock()
+			q.respond(response{f: frame{kind: kRespRead, seq: f.seq, len: f.len}, data: c, pooled: true})
+			return nil
+		}
 		q.respond(response{f: frame{kind: kRespRead, seq: f.seq, len: f.len}, data: b, reg: r})
 		return nil
 	case kReqFAA, kReqCAS:

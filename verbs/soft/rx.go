@@ -61,7 +61,7 @@ func (q *qp) serve() {
 	}()
 	for {
 		q.rxMu.Lock()
-		n, ok := q.drain(false, false)
+		n, ok := q.drain(false, holdNone)
 		q.rxMu.Unlock()
 		if !ok {
 			return
@@ -205,7 +205,7 @@ func (s *rxStream) runReady() int {
 		s.wakeReader()
 		return 0
 	}
-	n, ok := q.drain(true, false)
+	n, ok := q.drain(true, holdNone)
 	whole := ok && !q.cur.active && s.buffered() == 0
 	if whole && q.ctx.prog.sl.oneShot {
 		q.fdMu.RLock()
@@ -445,7 +445,7 @@ func (s *rxStream) frameWaiting() (bool, error) {
 // it ran, a large payload received in part counting as one, and false
 // once the stream is finished (failure or the peer's goodbye), after
 // failing the queue pair as needed.
-func (q *qp) drain(waiter, hold bool) (int, bool) {
+func (q *qp) drain(waiter bool, hold holdMode) (int, bool) {
 	if q.rxDone {
 		return 0, false
 	}
@@ -504,7 +504,7 @@ func (q *qp) drain(waiter, hold bool) (int, bool) {
 
 // poll lets a waiting goroutine run what has arrived on this queue pair,
 // unless another goroutine is doing so. It reports how many frames it ran.
-func (q *qp) poll(hold bool) int {
+func (q *qp) poll(hold holdMode) int {
 	if q.rx == nil || !q.rxMu.TryLock() {
 		return 0
 	}
