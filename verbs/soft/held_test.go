@@ -264,7 +264,8 @@ func TestHeldReadGoesWithRequest(t *testing.T) {
 	a, b := heldPair(t, false)
 	q := b.qp.(*qp)
 	wc := make([]verbs.WC, 1)
-	for i := range attempts {
+	const tries = 4 * attempts
+	for i := range tries {
 		if _, err := b.qp.PostRecv(&verbs.RecvWR{ID: uint64(100 + i)}); err != nil {
 			t.Fatal(err)
 		}
@@ -285,6 +286,9 @@ func TestHeldReadGoesWithRequest(t *testing.T) {
 			if c := waitOne(t, a.sendCQ); c.ID != 1 || c.Status != verbs.StatusSuccess || a.buf[0] != v {
 				t.Fatalf("read %+v brought %d, want %d", c, a.buf[0], v)
 			}
+			// A reader goroutine that ran them polls on for the spin
+			// time, and keeps the frames from the waiter until it stops.
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		b.buf[512] = v + 100 // after the read ran: not in its answer
@@ -298,7 +302,7 @@ func TestHeldReadGoesWithRequest(t *testing.T) {
 		wroteByte(t, b, a, 128, 42, 9)
 		return
 	}
-	t.Fatalf("no read answer held in %d attempts", attempts)
+	t.Fatalf("no read answer held in %d attempts", tries)
 }
 
 // TestReadAnsweredWhileWaiting: a read that a goroutine waiting on its
