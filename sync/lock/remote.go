@@ -138,9 +138,10 @@ func (s *slot) postRelease(r, w int, v uint64, k int) error {
 
 // postSoon posts a release (a fetch-and-add of v on rank r's word w, old
 // value in result word k) that nobody waits for: through a network, the
-// provider may hold it a few microseconds to send it with what this rank
-// posts next (transport.PostAtomicSoon: on soft, at most 20 µs, the next
-// lock's atomics going in the same write).
+// provider may hold it to send it with what this rank posts next
+// (transport.PostAtomicSoon: on soft, the next lock's atomics going in the
+// same write, while the program comes back for what soft holds:
+// verbs/soft/hold.go).
 func (s *slot) postSoon(r, w int, v uint64, k int) (uint64, error) {
 	c := s.l.c
 	if c.Direct(r) != nil {
