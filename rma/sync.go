@@ -580,11 +580,10 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 // each target is told with one notification ordered after this rank's
 // puts to it. On the soft provider that notification may wait to leave
 // with this rank's next request (the next Post's notification, in one
-// write) or its next wait, and otherwise leaves after 200 µs (once a
-// processor is free to run the provider's timer: with GOMAXPROCS=1 and
-// a computing rank, up to Go's 10 ms preemption). Call Complete just
-// before Wait or Post, not before a long computation, when a target
-// waits for it. Operations that other goroutines issue while it runs are
+// write) or its next wait, and otherwise leaves when the provider's timer
+// fires (200 µs, a millisecond or more once the program computes); a
+// program that leaves one behind so has its next ones sent at once for a
+// while, and with more ranks than cores none waits (verbs/soft/hold.go). Operations that other goroutines issue while it runs are
 // refused (ErrNoEpoch); accumulates already running finish first.
 func (win *Window[T]) Complete() error {
 	win.mu.Lock()

@@ -184,3 +184,24 @@ func TestLeftBehindAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A context on a node with more ranks than cores, or without polling,
+// holds back nothing a peer waits for.
+func TestNoHoldWhenCoresShared(t *testing.T) {
+	for _, cfg := range []verbs.Config{
+		{Secret: secret, ShareCores: true},
+		{Secret: secret, Spin: -1},
+		{Secret: secret},
+	} {
+		ctx, err := verbs.Open(Name, "", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := ctx.(*device)
+		want := cfg.ShareCores || cfg.Spin < 0
+		if d.hold.never != want {
+			t.Errorf("config %+v: never holding is %v, want %v", cfg, d.hold.never, want)
+		}
+		ctx.Close()
+	}
+}

@@ -121,7 +121,7 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 		answerDelay: corkAtomicDelay,
 	}
 	c.prog.spinFor, c.prog.shareCores = spinOf(cfg), cfg.ShareCores
-	c.hold.never = c.prog.spinFor <= 0
+	c.hold.never = c.prog.spinFor <= 0 || cfg.ShareCores
 	if err := c.prog.startSleeper(); err != nil {
 		ln.Close()
 		return nil, err
