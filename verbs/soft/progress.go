@@ -112,9 +112,10 @@ const loopPassEvery = 64
 // frames ran.
 func (g *progress) pollAll() int { return g.pollEach(holdNone) }
 
-// pollEach is pollAll; hold: the caller polls its own memory
-// (device.Progress), and the answers of what ran may wait for its next
-// request (held.go).
+// pollEach is pollAll; hold says which answers of what ran may wait for
+// the caller's next request (held.go): a goroutine polling its own memory
+// (device.Progress) holds reads' and atomics' answers, one waiting on a
+// completion queue reads' only.
 func (g *progress) pollEach(hold holdMode) int {
 	list := g.qps.Load()
 	if list == nil {
