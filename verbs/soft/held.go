@@ -130,9 +130,9 @@ func (q *qp) withHeldAnswers(bufs [][]byte) [][]byte {
 		r := &q.resps[i]
 		r.f.encode((*[hdrLen]byte)(q.heldSlab[off:]))
 		off += hdrLen
-		if len(r.data) > 0 {
-			off += copy(q.heldSlab[off:], r.data)
-			q.putFetchBuf(r.data)
+		off += copy(q.heldSlab[off:], r.data)
+		if r.pooled {
+			q.putFetchBuf(r.data) // even empty: a zero-length read's buffer
 		}
 	}
 	q.withHeld[0] = q.heldSlab[:off]
