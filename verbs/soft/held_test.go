@@ -339,3 +339,48 @@ func TestReadAnsweredWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHeldEmptyReadReturnsBuffer: a zero-length read's answer, held and
+// then taken by b's request, gives its buffer back to the pool.
+func TestHeldEmptyReadReturnsBuffer(t *testing.T) {
+	a, b := heldPair(t, false)
+	q := b.qp.(*qp)
+	wc := make([]verbs.WC, 1)
+	free := func() int {
+		q.acc.mu.Lock()
+		defer q.acc.mu.Unlock()
+		return len(q.acc.small)
+	}
+	for i := range 4 * attempts {
+		if _, err := b.qp.PostRecv(&verbs.RecvWR{ID: uint64(100 + i)}); err != nil {
+			t.Fatal(err)
+		}
+		read := verbs.SendWR{ID: 1, Op: verbs.OpRead, Flags: verbs.Signaled, SGL: a.sge(0, 0), RemoteAddr: b.mr.Addr() + 512, RKey: b.mr.RKey()}
+		note := verbs.SendWR{ID: 2, Op: verbs.OpWriteImm, Imm: uint32(i)}
+		read.Next = &note
+		if _, err := a.qp.PostSend(&read); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.recvCQ.Wait(wc, time.Now().Add(10*time.Second)); n != 1 || err != nil {
+			t.Fatalf("notification: %d %v", n, err)
+		}
+		if !q.respHeld.Load() {
+			if c := waitOne(t, a.sendCQ); c.ID != 1 || c.Status != verbs.StatusSuccess {
+				t.Fatalf("read %+v", c)
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		before := free()
+		postByte(t, b, a, 128, 42, 9)
+		if c := waitOne(t, a.sendCQ); c.ID != 1 || c.Status != verbs.StatusSuccess {
+			t.Fatalf("held read %+v", c)
+		}
+		wroteByte(t, b, a, 128, 42, 9)
+		if after := free(); after != before+1 {
+			t.Fatalf("%d small buffers free after the held answer went, want %d", after, before+1)
+		}
+		return
+	}
+	t.Fatalf("no empty read's answer held in %d attempts", 4*attempts)
+}
