@@ -2,7 +2,6 @@ package shm
 
 import (
 	"fmt"
-	"github.com/rmago/rmago/internal/spin"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,23 +10,22 @@ import (
 
 	"github.com/rmago/rmago/internal/futex"
 	"github.com/rmago/rmago/internal/memfd"
+	"github.com/rmago/rmago/internal/spin"
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/internal/wcring"
 )
 
 // cq is a completion queue: a local ring of completions (the send
 // completions pushed at post, flushes) plus the inboxes of the queue pairs
 // whose receives complete here, drained by Poll.
 type cq struct {
-	ctx     *device
-	bell    *bell
-	mu      sync.Mutex
-	ring    []verbs.WC
-	depth   int
-	head, n int
-	overrun bool
-	closed  bool
-	qps     atomic.Pointer[[]*qp]
-	qpsMu   sync.Mutex
+	ctx    *device
+	bell   *bell
+	mu     sync.Mutex
+	ring   wcring.Ring // q.mu guards it
+	closed bool
+	qps    atomic.Pointer[[]*qp]
+	qpsMu  sync.Mutex
 	// idle is when the Wait that found nothing began (Unix ns; 0: a
 	// completion came since): a Wait that follows one that timed out,
 	// with nothing polled between (a mixed job's slices), spins only
@@ -36,8 +34,6 @@ type cq struct {
 	// woken: Wake was called and no Wait has returned since.
 	woken atomic.Bool
 }
-
-const cqInitial = 1024
 
 // pureSpin is how long Wait polls without giving up the core; after it,
 // until the context's spin time ends, it yields the core between polls.
@@ -59,7 +55,7 @@ func (c *device) CreateCQ(depth int) (verbs.CQ, error) {
 	}
 	b := bellAt(unsafe.Pointer(unsafe.SliceData(m.Bytes())))
 	b.mem = m
-	q := &cq{ctx: c, bell: b, ring: make([]verbs.WC, min(depth, cqInitial)), depth: depth}
+	q := &cq{ctx: c, bell: b, ring: wcring.New(depth)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -77,25 +73,9 @@ func (q *cq) push(wc verbs.WC) {
 		q.mu.Unlock()
 		return
 	}
-	q.pushLocked(wc)
+	q.ring.Push(wc)
 	q.mu.Unlock()
 	q.bell.ding()
-}
-
-func (q *cq) pushLocked(wc verbs.WC) {
-	if q.n == len(q.ring) && len(q.ring) < q.depth {
-		ring := make([]verbs.WC, min(2*len(q.ring), q.depth))
-		for i := range q.n {
-			ring[i] = q.ring[(q.head+i)%len(q.ring)]
-		}
-		q.ring, q.head = ring, 0
-	}
-	if q.n == len(q.ring) {
-		q.overrun = true
-		return
-	}
-	q.ring[(q.head+q.n)%len(q.ring)] = wc
-	q.n++
 }
 
 func (q *cq) attach(p *qp) {
@@ -129,19 +109,13 @@ func (q *cq) detach(p *qp) {
 func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.overrun {
-		return 0, fmt.Errorf("%w: completion queue overrun", verbs.ErrQueueFull)
+	if err := q.ring.Err(); err != nil {
+		return 0, err
 	}
 	if q.closed {
 		return 0, verbs.ErrClosed
 	}
-	k := 0
-	for k < len(wc) && q.n > 0 {
-		wc[k] = q.ring[q.head]
-		q.head = (q.head + 1) % len(q.ring)
-		q.n--
-		k++
-	}
+	k := q.ring.Pop(wc)
 	if k < len(wc) {
 		if p := q.qps.Load(); p != nil {
 			for _, x := range *p {

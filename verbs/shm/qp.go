@@ -665,7 +665,7 @@ func (q *qp) fail(status verbs.Status, cause error, tell bool) {
 	q.mu.Lock()
 	var wc verbs.WC
 	for q.next(&wc) {
-		rc.pushLocked(wc)
+		rc.ring.Push(wc)
 	}
 	for q.rn > 0 {
 		e := q.recvs[q.rhead]
@@ -673,7 +673,7 @@ func (q *qp) fail(status verbs.Status, cause error, tell bool) {
 		q.rhead = (q.rhead + 1) % len(q.recvs)
 		q.rn--
 		if !rc.closed {
-			rc.pushLocked(verbs.WC{ID: e.id, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
+			rc.ring.Push(verbs.WC{ID: e.id, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
 		}
 	}
 	q.mu.Unlock()

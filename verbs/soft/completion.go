@@ -1,12 +1,12 @@
 package soft
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/internal/wcring"
 )
 
 // Completions: the completion queue, filled by whoever runs a queue
@@ -16,15 +16,12 @@ import (
 // cq is a completion queue: a ring filled by the queue pairs' reader
 // goroutines and drained by Poll and Wait.
 type cq struct {
-	mu      sync.Mutex
-	ring    []verbs.WC // grows, doubling, up to depth entries
-	depth   int
-	head, n int
-	overrun bool
-	closed  bool
-	notify  chan struct{} // a token when entries were added
-	timer   *time.Timer   // reused by Wait with a deadline
-	prog    *progress
+	mu     sync.Mutex
+	ring   wcring.Ring // q.mu guards it
+	closed bool
+	notify chan struct{} // a token when entries were added
+	timer  *time.Timer   // reused by Wait with a deadline
+	prog   *progress
 	// idle is when the Wait that found nothing began (Unix ns; 0: a
 	// completion or a frame came since): a Wait that follows one that
 	// timed out, with nothing between (a mixed job's slices), polls only
@@ -49,15 +46,7 @@ func (q *cq) NotifyCompletions(f func()) {
 // entry is lost and the next Poll reports the error.
 func (q *cq) push(wc verbs.WC) {
 	q.mu.Lock()
-	if q.n == len(q.ring) && len(q.ring) < q.depth {
-		q.grow()
-	}
-	if q.n == len(q.ring) {
-		q.overrun = true
-	} else {
-		q.ring[(q.head+q.n)%len(q.ring)] = wc
-		q.n++
-	}
+	q.ring.Push(wc)
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -68,39 +57,19 @@ func (q *cq) push(wc verbs.WC) {
 	}
 }
 
-// cqInitial is the entries a completion queue starts with. A queue sized
-// for every peer a job might talk to (the transport's is) grows only as
-// completions actually pile up, so that its memory follows the peers in use.
-const cqInitial = 1024
-
-// grow doubles the ring, up to depth; q.mu held.
-func (q *cq) grow() {
-	ring := make([]verbs.WC, min(2*len(q.ring), q.depth))
-	for i := range q.n {
-		ring[i] = q.ring[(q.head+i)%len(q.ring)]
-	}
-	q.ring, q.head = ring, 0
-}
-
 // Poll first sends the corks of the context's queue pairs (coalesce.go):
 // the caller may be waiting for what they hold.
 func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	q.prog.sendCorks()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.overrun {
-		return 0, fmt.Errorf("%w: completion queue overrun", verbs.ErrQueueFull)
+	if err := q.ring.Err(); err != nil {
+		return 0, err
 	}
 	if q.closed {
 		return 0, verbs.ErrClosed
 	}
-	k := 0
-	for k < len(wc) && q.n > 0 {
-		wc[k] = q.ring[q.head]
-		q.head = (q.head + 1) % len(q.ring)
-		q.n--
-		k++
-	}
+	k := q.ring.Pop(wc)
 	if k > 0 && q.idle.Load() != 0 {
 		q.idle.Store(0)
 	}

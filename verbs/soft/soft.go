@@ -31,6 +31,7 @@ import (
 
 	"github.com/rmago/rmago/verbs"
 	"github.com/rmago/rmago/verbs/internal/keytab"
+	"github.com/rmago/rmago/verbs/internal/wcring"
 )
 
 // Name is the name the provider registers under.
@@ -179,7 +180,7 @@ func (c *device) CreateCQ(depth int) (verbs.CQ, error) {
 	if depth <= 0 {
 		return nil, fmt.Errorf("%w: CQ depth %d", verbs.ErrInvalid, depth)
 	}
-	return &cq{ring: make([]verbs.WC, min(depth, cqInitial)), depth: depth, notify: make(chan struct{}, 1), prog: &c.prog}, nil
+	return &cq{ring: wcring.New(depth), notify: make(chan struct{}, 1), prog: &c.prog}, nil
 }
 
 func (c *device) Close() error {
