@@ -50,3 +50,24 @@ func TestCheckAccumulate(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckQPAttr(t *testing.T) {
+	dev := DeviceAttr{Provider: "test", MaxQPWR: 16, MaxSGE: 4}
+	for _, c := range []struct {
+		send, recv, sge int
+		ok              bool
+	}{
+		{1, 0, 1, true},
+		{16, 16, 4, true},
+		{0, 0, 1, false},
+		{17, 0, 1, false},
+		{1, -1, 1, false},
+		{1, 17, 1, false},
+		{1, 0, 5, false},
+	} {
+		err := CheckQPAttr(QPAttr{MaxSendWR: c.send, MaxRecvWR: c.recv, MaxSGE: c.sge}, dev)
+		if c.ok && err != nil || !c.ok && !errors.Is(err, ErrInvalid) {
+			t.Errorf("CheckQPAttr(send %d, recv %d, sge %d) = %v, want ok %v", c.send, c.recv, c.sge, err, c.ok)
+		}
+	}
+}

@@ -112,11 +112,8 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("%w: completion queues must come from the shm provider", verbs.ErrInvalid)
 	}
-	if attr.MaxSendWR <= 0 || attr.MaxRecvWR < 0 || attr.MaxSendWR > deviceAttr().MaxQPWR || attr.MaxRecvWR > deviceAttr().MaxQPWR {
-		return nil, fmt.Errorf("%w: queue depths %d/%d", verbs.ErrInvalid, attr.MaxSendWR, attr.MaxRecvWR)
-	}
-	if attr.MaxSGE > maxSGE {
-		return nil, fmt.Errorf("%w: %d SGEs, shm supports %d", verbs.ErrInvalid, attr.MaxSGE, maxSGE)
+	if err := verbs.CheckQPAttr(attr, deviceAttr()); err != nil {
+		return nil, err
 	}
 	in, err := newInbox(max(attr.MaxRecvWR, 1))
 	if err != nil {
