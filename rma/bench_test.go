@@ -138,6 +138,40 @@ func TestLockPeerAllocatesNothing(t *testing.T) {
 	})
 }
 
+// TestCreatedAtomicsAllocateNothing: atomics and accumulates to a peer's
+// created window (on shm: requests through the owner's socket, its memory
+// being the caller's slice) allocate nothing in steady state.
+func TestCreatedAtomicsAllocateNothing(t *testing.T) {
+	if rmatest.InProcesses() {
+		t.Skip("in-process only")
+	}
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Create(w, make([]int64, 16))
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		if err := win.LockAll(0); err != nil {
+			return err
+		}
+		var cerr error
+		if w.Rank() == 0 {
+			one := []int64{1}
+			cycle := func() {
+				_, err := win.FetchAndOp(1, 1, 2, rma.Sum)
+				cerr = errors.Join(cerr, err, win.Accumulate(one, 1, 3, rma.Sum), win.Flush(1))
+			}
+			for range 200 { // warm up: queues, maps, buffers
+				cycle()
+			}
+			if allocs := testing.AllocsPerRun(500, cycle); allocs > 0.01 {
+				t.Errorf("FetchAndOp+Accumulate+Flush to a created window allocate %.3f times per cycle", allocs)
+			}
+		}
+		return errors.Join(cerr, win.UnlockAll(), w.Barrier())
+	})
+}
+
 // TestSyncAllocateNothing: a cycle of every synchronization mode with a
 // put and an atomic in each epoch allocates nothing in steady state (one
 // rank, so every access is to itself and the count is this rank's alone).

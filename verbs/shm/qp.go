@@ -100,6 +100,7 @@ type qp struct {
 	rdDst  [][]byte
 	reqHdr [hdrLen]byte
 	reqBuf net.Buffers
+	reqOut net.Buffers // reqBuf as WriteTo consumes it (a local would escape: an allocation a request)
 	// reqTimer bounds the wait for a response; reused (sendMu held).
 	reqTimer *time.Timer
 	serve    sync.WaitGroup

@@ -37,8 +37,8 @@ func (q *qp) request(h *msg, payload, dst [][]byte) (response, verbs.Status) {
 	if q.ctx.timeout > 0 {
 		q.conn.SetWriteDeadline(time.Now().Add(q.ctx.timeout))
 	}
-	bufs := q.reqBuf
-	_, err := bufs.WriteTo(q.conn)
+	q.reqOut = q.reqBuf
+	_, err := q.reqOut.WriteTo(q.conn)
 	if q.ctx.timeout > 0 {
 		q.conn.SetWriteDeadline(time.Time{})
 	}
