@@ -35,5 +35,5 @@ exec "$ROOT/ci/softroce/run.sh" --perftest \
   "$ENVS $RUN -n 4 rma.test -test.count=1" \
   "$ENVS $RUN -n 5 rma.test -test.count=1" \
   "$ENVS $RUN -n 2 pingpong oneone -mode fence3,fence2,lock,get -max 12 -reps 12 -warmup 2 -iters 20" \
-  "$ENVS $RUN -n 2 pingpong lat -reps 12 -warmup 2" \
+  "$ENVS $RUN -n 2 -bind-to core pingpong lat -reps 12 -warmup 2" \
   "$ENVS $RUN -n 2 pingpong osu -b put_bw -s flush -m 8:65536 -no-progress"

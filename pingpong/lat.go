@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,24 +107,31 @@ func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 		if err := errors2(win.LockAll(rma.NoCheck), ctr.LockAll(rma.NoCheck)); err != nil {
 			return err
 		}
+		times := make([]float64, reps)
+		stamps := make([]uint64, n+1)
+		each := make([]float64, 0, reps*n)
 		measure := func(name string, nbytes int, op func() error, check func() error) error {
-			times := make([]float64, reps)
+			each = each[:0]
 			for rep := -warmup; rep < reps; rep++ {
 				start := time.Now()
-				for range n {
+				for i := range n {
+					stamps[i] = cycles()
 					if err := op(); err != nil {
 						return err
 					}
 				}
+				stamps[n] = cycles()
+				elapsed := float64(time.Since(start).Nanoseconds()) / 1e3
 				if rep >= 0 {
-					times[rep] = float64(time.Since(start).Nanoseconds()) / 1e3 / float64(n)
+					times[rep] = elapsed / float64(n)
+					each = opLatencies(each, stamps, elapsed)
 				}
 			}
 			if err := check(); err != nil {
 				return err
 			}
 			r := Result{Bench: "lat", Sync: name, Window: j.opt.window, Ranks: 2, Bytes: nbytes,
-				Metric: MetricLatency, Iters: n, Verified: true}
+				Metric: MetricLatency, Iters: n, Verified: true, Typical: median(each)}
 			r.summarize(times)
 			j.add(r)
 			return nil
@@ -195,6 +203,35 @@ func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 		}
 	}
 	return w.Barrier()
+}
+
+// opLatencies appends the latency of each operation of one repetition,
+// in µs, to each: stamps holds the cycle count before each operation and
+// after the last, and elapsedUS, the repetition's time by the clock,
+// gives the cycles' unit.
+func opLatencies(each []float64, stamps []uint64, elapsedUS float64) []float64 {
+	span := stamps[len(stamps)-1] - stamps[0]
+	if span == 0 {
+		return each
+	}
+	unit := elapsedUS / float64(span)
+	for i := range len(stamps) - 1 {
+		each = append(each, float64(stamps[i+1]-stamps[i])*unit)
+	}
+	return each
+}
+
+// median is the middle value of v (the mean of the two middle ones for an
+// even count), 0 for none; it sorts v.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 func errors2(a, b error) error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -207,6 +208,11 @@ func TestLat(t *testing.T) {
 	if len(rep.Results) != 7 {
 		t.Errorf("%d results, want 7 (3 put, 3 get, fetch-add)", len(rep.Results))
 	}
+	for _, r := range rep.Results {
+		if r.Typical <= 0 || r.Typical > r.Max*float64(r.Iters) {
+			t.Errorf("%s %d B: typical %v µs, want a single operation's latency (max repetition mean %v)", r.Sync, r.Bytes, r.Typical, r.Max)
+		}
+	}
 	// -ops picks operations; a get without puts before it checks rank 1's
 	// own pattern.
 	rep = runJSON(t, 2, "lat", "-quick", "-ops", "get,fetch-add")
@@ -309,5 +315,32 @@ func TestPeerProvidersMixed(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "rank 0 reaches rank 0 through shm, rank 1 through "+m.PeerProviders[1]) {
 		t.Errorf("the header does not say which provider carried each peer:\n%s", out)
+	}
+}
+
+// Each operation's latency is its share of the cycles between the
+// stamps, in the unit the repetition's clock time gives them.
+func TestOpLatencies(t *testing.T) {
+	each := opLatencies(nil, []uint64{100, 110, 130, 160}, 6) // 60 cycles in 6 µs
+	want := []float64{1, 2, 3}
+	if len(each) != len(want) {
+		t.Fatalf("opLatencies: %v, want %v", each, want)
+	}
+	for i := range want {
+		if math.Abs(each[i]-want[i]) > 1e-12 {
+			t.Fatalf("opLatencies: %v, want %v", each, want)
+		}
+	}
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median of 3, 1, 2: %v, want 2", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median of 4, 1, 3, 2: %v, want 2.5", m)
+	}
+	if m := median(nil); m != 0 {
+		t.Errorf("median of nothing: %v, want 0", m)
+	}
+	if each := opLatencies(nil, []uint64{5, 5}, 1); len(each) != 0 {
+		t.Errorf("no cycles counted: %v, want nothing", each)
 	}
 }

@@ -66,7 +66,13 @@ type Result struct {
 	Median   float64   `json:"median"`
 	Max      float64   `json:"max"`
 	Samples  []float64 `json:"samples,omitempty"` // the repetitions, in order
-	Verified bool      `json:"verified"`          // the data moved was checked
+	// Typical (lat) is the median latency of single operations over the
+	// timed repetitions, each timed by the CPU's cycle counter, as
+	// perftest's t_typical; Mean and the others are per repetition (its
+	// time over its operations), so they include the stalls a median
+	// leaves out.
+	Typical  float64 `json:"typical,omitempty"`
+	Verified bool    `json:"verified"` // the data moved was checked
 }
 
 // summarize fills the statistics from samples: with 3 or more the fastest
@@ -208,6 +214,9 @@ func printRow(w io.Writer, r *Result, last *string) {
 		}
 		head = fmt.Sprintf("\n# %s, sync %s, window %s, %d ranks: %s\n%10s %12s %9s\n",
 			r.Bench, r.Sync, r.Window, r.Ranks, r.Metric, "bytes", name, "iters")
+	case r.Typical > 0:
+		head = fmt.Sprintf("\n# %s, sync %s, window %s, %d ranks: %s, %d reps (each the mean of its operations); typical: the median operation\n%10s %12s %12s %12s %12s %12s %9s\n",
+			r.Bench, r.Sync, r.Window, r.Ranks, r.Metric, r.Reps, "bytes", "mean_"+unit, "min_"+unit, "median_"+unit, "max_"+unit, "typical_"+unit, "iters")
 	default:
 		head = fmt.Sprintf("\n# %s, sync %s, window %s, %d ranks: %s, %d reps\n%10s %12s %12s %12s %12s %9s\n",
 			r.Bench, r.Sync, r.Window, r.Ranks, r.Metric, r.Reps, "bytes", "mean_"+unit, "min_"+unit, "median_"+unit, "max_"+unit, "iters")
@@ -221,6 +230,8 @@ func printRow(w io.Writer, r *Result, last *string) {
 		fmt.Fprintf(w, "%10d %10d %12.2f %12.2f %12.2f %12.2f %7d\n", r.Elements, r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Iters)
 	case r.Reps <= 1:
 		fmt.Fprintf(w, "%10d %12.2f %9d\n", r.Bytes, r.Mean, r.Iters)
+	case r.Typical > 0:
+		fmt.Fprintf(w, "%10d %12.2f %12.2f %12.2f %12.2f %12.2f %9d\n", r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Typical, r.Iters)
 	default:
 		fmt.Fprintf(w, "%10d %12.2f %12.2f %12.2f %12.2f %9d\n", r.Bytes, r.Mean, r.Min, r.Median, r.Max, r.Iters)
 	}
