@@ -208,15 +208,19 @@ func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 // opLatencies appends the latency of each operation of one repetition,
 // in µs, to each: stamps holds the cycle count before each operation and
 // after the last, and elapsedUS, the repetition's time by the clock,
-// gives the cycles' unit.
+// gives the cycles' unit. A counter that went backwards (a move between
+// cores whose counters differ) leaves that operation, or the repetition,
+// out.
 func opLatencies(each []float64, stamps []uint64, elapsedUS float64) []float64 {
-	span := stamps[len(stamps)-1] - stamps[0]
-	if span == 0 {
+	first, last := stamps[0], stamps[len(stamps)-1]
+	if last <= first {
 		return each
 	}
-	unit := elapsedUS / float64(span)
+	unit := elapsedUS / float64(last-first)
 	for i := range len(stamps) - 1 {
-		each = append(each, float64(stamps[i+1]-stamps[i])*unit)
+		if stamps[i+1] >= stamps[i] {
+			each = append(each, float64(stamps[i+1]-stamps[i])*unit)
+		}
 	}
 	return each
 }

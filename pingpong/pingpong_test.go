@@ -343,4 +343,10 @@ func TestOpLatencies(t *testing.T) {
 	if each := opLatencies(nil, []uint64{5, 5}, 1); len(each) != 0 {
 		t.Errorf("no cycles counted: %v, want nothing", each)
 	}
+	if each := opLatencies(nil, []uint64{50, 40}, 1); len(each) != 0 {
+		t.Errorf("a counter that went back over the repetition: %v, want nothing", each)
+	}
+	if each := opLatencies(nil, []uint64{100, 90, 120}, 2); len(each) != 1 || each[0] != 3 {
+		t.Errorf("a counter that went back for one operation: %v, want only the other's 30 cycles, 3 µs", each)
+	}
 }
