@@ -132,3 +132,49 @@ func TestFenceThirdPartyReads(t *testing.T) {
 		})
 	}
 }
+
+// TestFenceGetLandsBeforeTargetReads: after the fence that ends a Get, the
+// Get's target reads the window the Get filled and finds what the Get
+// brought (the get ping-pong). The reader is told of the fence before its
+// Get's data has come where the provider answers reads first (soft): the
+// target's later read must not overtake that data on its way. Many small
+// rounds, as the race is one of timing.
+func TestFenceGetLandsBeforeTargetReads(t *testing.T) {
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 8)
+		if err != nil {
+			return err
+		}
+		me := w.Rank()
+		back := make([]int64, 2)
+		for round := int64(1); round <= 400; round++ {
+			if me == 0 {
+				win.Local()[0], win.Local()[1] = round, -round
+			}
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+			if me == 1 {
+				// Into rank 1's own window, which rank 0 reads next.
+				if err := win.Get(win.Local()[4:6], 0, 0); err != nil {
+					return err
+				}
+			}
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+			if me == 0 {
+				if err := win.Get(back, 1, 4); err != nil {
+					return err
+				}
+			}
+			if err := win.Fence(0); err != nil {
+				return err
+			}
+			if me == 0 && (back[0] != round || back[1] != -round) {
+				return fmt.Errorf("round %d: rank 0 read %v back from rank 1's window, want [%d %d]", round, back, round, -round)
+			}
+		}
+		return win.Free()
+	})
+}

@@ -211,7 +211,10 @@ type DeviceAttr struct {
 	// of an access epoch's end from a notification posted after the
 	// epoch's reads may then change it at once, and the reader need not
 	// wait for its reads before notifying (soft; shm, whose requests
-	// complete at post). A NIC gives no such order: a read's data may
+	// complete at post), provided that owner accesses none of the
+	// reader's memory until the reader says its reads are done (PSCW:
+	// the reader's next Post; a fence notifies only after its reads,
+	// since every rank past it may access any window). A NIC gives no such order: a read's data may
 	// leave memory after a later request has executed (only the
 	// requester's fence flag orders them).
 	ReadsBeforeRecv bool
