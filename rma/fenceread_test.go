@@ -147,7 +147,7 @@ func TestFenceGetLandsBeforeTargetReads(t *testing.T) {
 		}
 		me := w.Rank()
 		back := make([]int64, 2)
-		for round := int64(1); round <= 400; round++ {
+		for round := int64(1); round <= 2000; round++ {
 			if me == 0 {
 				win.Local()[0], win.Local()[1] = round, -round
 			}

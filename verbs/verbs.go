@@ -211,10 +211,11 @@ type DeviceAttr struct {
 	// of an access epoch's end from a notification posted after the
 	// epoch's reads may then change it at once, and the reader need not
 	// wait for its reads before notifying (soft; shm, whose requests
-	// complete at post), provided that owner accesses none of the
-	// reader's memory until the reader says its reads are done (PSCW:
-	// the reader's next Post; a fence notifies only after its reads,
-	// since every rank past it may access any window). A NIC gives no such order: a read's data may
+	// complete at post). The requests the owner posts once it has the
+	// notification reach the reader after the answers to those reads, so
+	// the owner may also access the reader's memory, where their data
+	// lands (soft keeps answers and later requests in order on the
+	// stream). A NIC gives no such order: a read's data may
 	// leave memory after a later request has executed (only the
 	// requester's fence flag orders them).
 	ReadsBeforeRecv bool

@@ -51,6 +51,11 @@ type Fence struct {
 	from   int
 	fromFn func(yield func(int) bool)
 
+	// Sync's split of its flush list, and the ranks barrier notified
+	// first (reused: no allocation per fence).
+	before, after []int
+	sent          []bool
+
 	c  *control.Region // UseControl: the put masks' and direct notes' words
 	lz lazy            // a second round awaited lazily (lazy.go)
 
@@ -102,20 +107,33 @@ func (x *Fence) SyncTo(flush []int, putTo []bool) error {
 // Sync runs one fence. flush lists the ranks with reads or atomics to
 // complete; put says whether this rank put data since the last fence.
 //
-// The reads and atomics complete before this rank notifies anyone: every
-// rank that has the notification may go on past the fence and access
-// this rank's memory, where the reads' data and the atomics' old values
-// land. (Notifying a read's target first, where its provider answers the
-// reads before the notification, saved half a round trip on soft, but the
-// target could then read this rank's window before the read's data had
-// landed in it: the get ping-pong read old data back.)
+// The reads and atomics must be complete before any rank that could then
+// change their targets' memory leaves the fence: every rank but their
+// target itself, which, when its provider delivers a notification only
+// after the reads and atomics before it (transport.ReadsBeforeRecv: soft,
+// shm), is sent its notification before they complete. The target then
+// goes on half a round trip sooner (2 ranks: the target of a get is
+// released by the notification that follows the get). Past the fence the
+// target may read or write this rank's memory, where the reads' data
+// lands: such a provider also delivers the target's later requests after
+// its answers to the reads (soft keeps them in order on the stream:
+// verbs/soft/held.go; rma's TestFenceGetLandsBeforeTargetReads). Reads
+// on other providers (a NIC's) complete before any notification.
 func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 	if _, err := x.Settle(); err != nil {
 		return err
 	}
 	x.n++
 	base := transport.MakeTag(transport.TagFence, x.id, x.n)
-	if err := x.f.FlushRanks(flush); err != nil {
+	x.before, x.after = x.before[:0], x.after[:0]
+	for _, r := range flush {
+		if r != x.f.Rank() && x.f.ReadsBeforeRecv(r) {
+			x.after = append(x.after, r)
+		} else {
+			x.before = append(x.before, r)
+		}
+	}
+	if err := x.f.FlushRanks(x.before); err != nil {
 		return err
 	}
 	lazy := putTo != nil && x.lazyOK()
@@ -124,7 +142,7 @@ func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 			return err
 		}
 	}
-	anyPut, err := x.barrier(base, control.NoteFence, put)
+	anyPut, err := x.barrier(base, control.NoteFence, put, x.after)
 	if err != nil || !anyPut || x.f.Size() <= 2 {
 		return err
 	}
@@ -132,7 +150,7 @@ func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 		if lazy {
 			return x.defer2(base | 1<<stepShift)
 		}
-		_, err = x.barrier(base|1<<stepShift, control.NoteBarrier, false)
+		_, err = x.barrier(base|1<<stepShift, control.NoteBarrier, false, nil)
 		return err
 	}
 	return x.disseminate(base)
@@ -204,15 +222,47 @@ func (x *Fence) watch(yield func(int) bool) {
 
 // barrier is one round: a notification (or a direct note of kind) to
 // every other rank, one awaited from each. It reports whether any rank
-// flagged a put.
-func (x *Fence) barrier(tag uint32, kind int, put bool) (bool, error) {
+// flagged a put. The ranks of first are notified first, and the others
+// once the reads and atomics to the ranks of first have completed (see
+// Sync).
+func (x *Fence) barrier(tag uint32, kind int, put bool, first []int) (bool, error) {
 	mine, flag := tag, uint64(0)
 	if put {
 		mine, flag = tag|putBit, 1
 	}
 	f := x.f
+	if len(first) > 0 {
+		if x.sent == nil {
+			x.sent = make([]bool, f.Size())
+		}
+		for _, r := range first {
+			x.sent[r] = true
+			// Signalled: its completion implies the reads' before it,
+			// so the flush below needs no request of its own (one write
+			// to the socket, not two, on soft). (A rank notified
+			// directly: its reads completed at post.)
+			var err error
+			if x.direct(r) {
+				err = x.noteTo(r, kind, x.n, flag)
+			} else {
+				_, err = f.NotifySignaled(r, mine)
+			}
+			if err != nil {
+				clear(x.sent)
+				return false, err
+			}
+		}
+		if err := f.FlushRanks(first); err != nil {
+			clear(x.sent)
+			return false, err
+		}
+	}
 	for i := 1; i < f.Size(); i++ {
 		r := (f.Rank() + i) % f.Size()
+		if len(first) > 0 && x.sent[r] {
+			x.sent[r] = false
+			continue
+		}
 		var err error
 		switch {
 		case x.direct(r):
@@ -227,6 +277,7 @@ func (x *Fence) barrier(tag uint32, kind int, put bool) (bool, error) {
 			err = f.Notify(r, mine)
 		}
 		if err != nil {
+			clear(x.sent)
 			return false, err
 		}
 	}

@@ -109,7 +109,7 @@ func disseminationDeadPeer(t *testing.T, words bool) {
 		if r.Me() == 3 {
 			// Round one with a put, so that the second round runs; then
 			// leave during it.
-			if _, err := x.barrier(transport.MakeTag(transport.TagFence, 9, 1), control.NoteFence, true); err != nil {
+			if _, err := x.barrier(transport.MakeTag(transport.TagFence, 9, 1), control.NoteFence, true, nil); err != nil {
 				return err
 			}
 			return r.F.Close()

@@ -1,5 +1,10 @@
 package soft
 
+import (
+	"runtime"
+	"time"
+)
+
 // Held answers. A goroutine that polls its own memory for a peer's write
 // (device.Progress) runs the frames that arrived and usually finds what it
 // waited for in them: then its program goes on, and often posts a request
@@ -53,6 +58,15 @@ func (q *qp) answer(mode holdMode) {
 		q.armCork(q.ctx.answerDelay)
 		q.respHeld.Store(true)
 		q.sendMu.Unlock()
+		// The receive completions behind them may go now: this side's
+		// next request carries the held answers, or waits for them
+		// (answersFirst), so whatever the program does on learning of
+		// them reaches the peer after the answers.
+		q.respMu.Lock()
+		if q.readsQueued == 0 {
+			q.pushHeldRecvs()
+		}
+		q.respMu.Unlock()
 		return
 	}
 	q.sendResponses()
@@ -107,23 +121,38 @@ func (q *qp) sendHeldAnswers() bool {
 }
 
 // withHeldAnswers returns the gather list of a request write: bufs, after
-// the answers held for it if any, which it takes; wrMu held. Answers
-// queued for the writer goroutine go first: then the held ones stay.
-func (q *qp) withHeldAnswers(bufs [][]byte) [][]byte {
-	if !q.respHeld.Load() || !q.rxMu.TryLock() {
-		return bufs
+// the answers held for it if any, which it takes; wrMu held. ok is false,
+// and the request must not be written yet, while answers made before it
+// wait for the writer goroutine or are held by a goroutine that runs the
+// stream: a request never overtakes an answer. The receive completions
+// behind answers are delivered once the answers are written or held for
+// the next request (recvafter.go), and a fence's or a Complete's
+// notification may come before the reads it follows have completed
+// (verbs.DeviceAttr.ReadsBeforeRecv): the program that learns of it and
+// posts must not reach the peer before the answers to those reads (a
+// read of the peer's window would find the old data).
+func (q *qp) withHeldAnswers(bufs [][]byte) (_ [][]byte, ok bool) {
+	if !q.respHeld.Load() {
+		q.respMu.Lock()
+		queued := q.respQueued
+		q.respMu.Unlock()
+		return bufs, queued == 0
+	}
+	if !q.rxMu.TryLock() {
+		return bufs, false
 	}
 	defer q.rxMu.Unlock()
 	n := q.nresp
 	if n == 0 {
 		q.respHeld.Store(false)
-		return bufs
+		return bufs, true
 	}
 	q.respMu.Lock()
 	queued := q.respQueued
+	behind := len(q.heldRecvs)
 	q.respMu.Unlock()
 	if queued > 0 {
-		return bufs
+		return bufs, false
 	}
 	off := 0
 	for i := range n {
@@ -138,11 +167,42 @@ func (q *qp) withHeldAnswers(bufs [][]byte) [][]byte {
 	q.withHeld[0] = q.heldSlab[:off]
 	k := 1 + copy(q.withHeld[1:], bufs)
 	clear(q.resps[:n])
-	q.nresp = 0
+	q.nresp, q.batchData = 0, 0
+	q.heldRecvsBehind = behind // completed once the write is done (recvsAfterWrite)
 	q.respHeld.Store(false)
 	q.sends.Add(1)
 	q.ctx.hold.cameBack()
-	return q.withHeld[:k]
+	return q.withHeld[:k], true
+}
+
+// answersFirst waits until the answers withHeldAnswers found ahead of a
+// request write have been written or can go with it, and returns the
+// request's gather list then; wrMu held on entry and on return, let go
+// meanwhile. The goroutine that runs the stream sends or holds its
+// answers at the end of its run (this one sends held answers when the
+// stream is free), the writer goroutine what it was handed. The wait is
+// bounded by the context's timeout (a peer that stopped reading fills the
+// socket); a queue pair that failed ends it, the write then failing too.
+func (q *qp) answersFirst(bufs [][]byte) ([][]byte, error) {
+	var deadline time.Time
+	for {
+		q.wrMu.Unlock()
+		q.sendHeldAnswers()
+		runtime.Gosched()
+		q.wrMu.Lock()
+		out, ok := q.withHeldAnswers(bufs)
+		if ok || q.failed.Load() {
+			return out, nil
+		}
+		if t := q.ctx.timeout; t > 0 {
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(t)
+			} else if now.After(deadline) {
+				return bufs, q.stallErr("took no answers")
+			}
+		}
+	}
 }
 
 // sendHeld sends the answers held on the context's queue pairs.

@@ -127,13 +127,14 @@ type qp struct {
 	wrMu       sync.Mutex
 	respMu     sync.Mutex // guards respQueued, readsQueued and heldRecvs
 	respQueued int        // responses handed to the writer goroutine, not yet written
-	// Read responses among respQueued, and the receive completions held
-	// until they are written (recvafter.go).
+	// Answers that bring data among respQueued, and the receive
+	// completions held until they are written (recvafter.go).
 	readsQueued int
 	heldRecvs   []verbs.WC
 	resps       [respBatch]response // collected by the receive engine (rxMu)
 	nresp       int
-	batchReads  int // read responses among resps[:nresp] (rxMu)
+	batchReads  int // read responses straight from registered memory among resps[:nresp] (rxMu)
+	batchData   int // answers that bring data (bringsData) among resps[:nresp] (rxMu)
 	respHdrs    [respBatch][hdrLen]byte
 	// respHeld: resps holds answers for the next request write (held.go).
 	respHeld atomic.Bool
@@ -146,7 +147,10 @@ type qp struct {
 	// answers: their headers and data (in heldSlab), then the requests
 	// (wrMu).
 	withHeld [1 + maxIov][]byte
-	heldSlab [respBatch * (hdrLen + smallRead)]byte
+	// heldRecvsBehind: receive completions held behind the answers a
+	// request write took (wrMu); they complete once it is done.
+	heldRecvsBehind int
+	heldSlab        [respBatch * (hdrLen + smallRead)]byte
 }
 
 func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {

@@ -43,6 +43,17 @@ func (q *qp) respond(r response) {
 	if r.reg != nil {
 		q.batchReads++
 	}
+	if r.bringsData() {
+		q.batchData++
+	}
+}
+
+// bringsData reports whether the response carries what lands in the
+// requester's memory: a read's data, an atomic's or a fetching
+// accumulate's old values. The receive completions that follow it wait
+// until it is written (recvafter.go).
+func (r *response) bringsData() bool {
+	return r.f.kind == kRespRead || r.f.kind == kRespAtomic
 }
 
 // respBatch is the most responses collected before they are sent.
@@ -62,7 +73,7 @@ func (q *qp) sendResponses() {
 	if n == 0 {
 		return
 	}
-	q.nresp, q.batchReads = 0, 0
+	q.nresp, q.batchReads, q.batchData = 0, 0, 0
 	sent := 0
 	q.respMu.Lock()
 	if q.respQueued == 0 && q.wrMu.TryLock() {
@@ -78,7 +89,7 @@ func (q *qp) sendResponses() {
 	}
 	q.respQueued += n - sent
 	for i := sent; i < n; i++ {
-		if q.resps[i].reg != nil {
+		if q.resps[i].bringsData() {
 			q.readsQueued++
 		}
 	}
@@ -169,6 +180,7 @@ func (q *qp) writeResponses() {
 		bufs [2 * batch][]byte
 		regs [batch]*region
 		pool [batch][]byte // fetch buffers
+		data [batch]bool   // bringsData
 	)
 	release := func(n int) {
 		for i := 0; i < n; i++ {
@@ -215,6 +227,7 @@ func (q *qp) writeResponses() {
 				nbuf++
 			}
 			regs[n] = r.reg
+			data[n] = r.bringsData()
 			if r.pooled {
 				pool[n] = r.data
 			}
@@ -239,7 +252,7 @@ func (q *qp) writeResponses() {
 		}
 		reads := 0
 		for i := range n {
-			if regs[i] != nil {
+			if data[i] {
 				reads++
 			}
 		}

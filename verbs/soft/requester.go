@@ -83,10 +83,17 @@ func (q *qp) sendQueued() {
 		return
 	}
 	q.wrMu.Lock()
-	bufs := q.withHeldAnswers(q.bufs[:q.nbufs])
-	err := q.writeLocked(bufs)
+	bufs, ok := q.withHeldAnswers(q.bufs[:q.nbufs])
+	var err error
+	if !ok {
+		bufs, err = q.answersFirst(bufs)
+	}
+	if err == nil {
+		err = q.writeLocked(bufs)
+	}
 	if &bufs[0] == &q.withHeld[0] {
 		clear(bufs)
+		q.recvsAfterWrite()
 	}
 	q.wrMu.Unlock()
 	clear(q.bufs[:q.nbufs])
