@@ -1,6 +1,7 @@
 package rma_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -71,4 +72,44 @@ func TestCompleteGetThenOverwrite(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestPSCWGetLandsBeforeTargetReads: the PSCW form of the get ping-pong.
+// Rank 1 gets rank 0's stamp into its own window and completes; rank 0,
+// once its Wait returns and rank 1 has posted, reads that window back
+// and finds the stamp. Complete notifies a read's target before the read
+// completes where the provider answers reads first (soft), so the data
+// must reach rank 1 before rank 0's later read does.
+func TestPSCWGetLandsBeforeTargetReads(t *testing.T) {
+	rmatest.Run(t, 2, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 8)
+		if err != nil {
+			return err
+		}
+		me := w.Rank()
+		peer := []int{1 - me}
+		back := make([]int64, 2)
+		for round := int64(1); round <= 1000; round++ {
+			if me == 0 {
+				win.Local()[0], win.Local()[1] = round, -round
+				if err := errors.Join(win.Post(peer, 0), win.Wait()); err != nil {
+					return err
+				}
+				if err := errors.Join(win.Start(peer, 0), win.Get(back, 1, 4), win.Complete()); err != nil {
+					return err
+				}
+				if back[0] != round || back[1] != -round {
+					return fmt.Errorf("round %d: rank 0 read %v back from rank 1's window, want [%d %d]", round, back, round, -round)
+				}
+				continue
+			}
+			if err := errors.Join(win.Start(peer, 0), win.Get(win.Local()[4:6], 0, 0), win.Complete()); err != nil {
+				return err
+			}
+			if err := errors.Join(win.Post(peer, 0), win.Wait()); err != nil {
+				return err
+			}
+		}
+		return win.Free()
+	})
 }
