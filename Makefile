@@ -1,7 +1,8 @@
 # rmago: one-sided communication (RMA) for Go.
 #   make run        build, then a 2-rank ping-pong on the embedded soft provider
-#   make test       gofmt, go vet, the race-enabled test suite (again on shm, and on two
-#                   pretend nodes: shm inside each, soft between), a short fuzz run
+#   make test       gofmt, go vet (also for the other 64-bit Linux ports), the race-enabled
+#                   test suite (again on shm, and on two pretend nodes: shm inside each,
+#                   soft between), a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
 #   make test-cluster  jobs across 3 network-namespace hosts under srun (PMI-1, PMI-2, PMIx), Hydra mpiexec, Open MPI mpirun and rmarun -H (root)
 #   make test-faults  fault injection (kill -9, SIGSTOP/SIGCONT, early Close, a peer that
@@ -19,7 +20,7 @@ FUZZTIME ?= 300000x
 RANKS    ?= 2
 PPFLAGS  ?=
 
-.PHONY: all build run test vet fmt-check fuzz test-rdma test-cluster test-faults clean
+.PHONY: all build run test vet vet-ports fmt-check fuzz test-rdma test-cluster test-faults clean
 
 all: build
 
@@ -40,10 +41,16 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# vet-ports: the library and its tests build for the other 64-bit Linux
+# architectures HPC systems run (Arm and POWER), system calls included.
+PORTS ?= arm64 ppc64le
+vet-ports:
+	for a in $(PORTS); do GOOS=linux GOARCH=$$a $(GO) vet ./... || exit 1; done
+
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzResponder -fuzztime $(FUZZTIME) -fuzzminimizetime 2000x ./verbs/soft
 
-test: fmt-check vet
+test: fmt-check vet vet-ports
 	$(GO) test -race -count=1 -timeout 20m ./...
 	RMAGO_PROVIDER=shm $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...
 	RMAGO_TEST_NODES=2 $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...

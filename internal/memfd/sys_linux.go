@@ -1,26 +1,10 @@
 package memfd
 
-import (
-	"syscall"
-	"unsafe"
-)
-
-const (
-	mfdCloexec = 0x1
-)
+import "golang.org/x/sys/unix"
 
 // create makes an anonymous memory file (memfd_create(2), close-on-exec).
+// golang.org/x/sys/unix knows the system call's number on every Linux
+// architecture, so the package builds wherever Go does.
 func create(name string) (int, error) {
-	if sysMemfdCreate < 0 {
-		return -1, syscall.ENOSYS
-	}
-	p, err := syscall.BytePtrFromString(name)
-	if err != nil {
-		return -1, err
-	}
-	fd, _, e := syscall.Syscall(uintptr(sysMemfdCreate), uintptr(unsafe.Pointer(p)), mfdCloexec, 0)
-	if e != 0 {
-		return -1, e
-	}
-	return int(fd), nil
+	return unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 }

@@ -5,6 +5,8 @@ import (
 	"net"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // hdrReader reads the connection's message headers, and the descriptors
@@ -43,7 +45,7 @@ func (r *hdrReader) recv(fd uintptr) bool {
 	r.iov.SetLen(len(r.buf))
 	r.hdr = syscall.Msghdr{Iov: &r.iov, Iovlen: 1, Control: unsafe.SliceData(r.oob)}
 	r.hdr.SetControllen(len(r.oob))
-	n, _, e := syscall.Syscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.hdr)), syscall.MSG_CMSG_CLOEXEC)
+	n, _, e := syscall.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&r.hdr)), syscall.MSG_CMSG_CLOEXEC)
 	if e == syscall.EAGAIN {
 		return false
 	}

@@ -3,49 +3,37 @@ package shm
 import (
 	"net"
 	"syscall"
-	"unsafe"
-)
 
-// Linux system calls the provider needs beyond package syscall.
-
-const (
-	prSetPtracer    = 0x59616d61
-	prSetPtracerAny = ^uintptr(0)
+	"golang.org/x/sys/unix"
 )
 
 // allowPtrace lets any process of this user attach to this one's memory
 // with process_vm_readv/writev under Yama's ptrace_scope 1 (which allows it
 // otherwise only to ancestors). Without Yama it fails harmlessly.
 func allowPtrace() {
-	syscall.RawSyscall(syscall.SYS_PRCTL, prSetPtracer, prSetPtracerAny, 0)
-}
-
-// remoteIovec is a struct iovec naming memory of another process.
-type remoteIovec struct {
-	base uintptr
-	len  uint64
+	unix.Prctl(unix.PR_SET_PTRACER, unix.PR_SET_PTRACER_ANY, 0, 0, 0)
 }
 
 // vmCopy copies between local segments and [raddr, raddr+total) of process
 // pid (process_vm_writev when write, else process_vm_readv), all of it or
 // an error.
 func vmCopy(pid int, write bool, segs [][]byte, raddr uint64) error {
-	nr := uintptr(sysProcessVMReadv)
-	if write {
-		nr = uintptr(sysProcessVMWritev)
-	}
-	if sysProcessVMReadv < 0 {
-		return syscall.ENOSYS
-	}
+	var local [1]unix.Iovec
+	var remote [1]unix.RemoteIovec
 	for _, s := range segs {
 		for len(s) > 0 {
-			var local syscall.Iovec
-			local.Base = &s[0]
-			local.SetLen(len(s))
-			remote := remoteIovec{base: uintptr(raddr), len: uint64(len(s))}
-			r, _, e := syscall.Syscall6(nr, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
-			if e != 0 {
-				return e
+			local[0].Base = &s[0]
+			local[0].SetLen(len(s))
+			remote[0] = unix.RemoteIovec{Base: uintptr(raddr), Len: len(s)}
+			var r int
+			var err error
+			if write {
+				r, err = unix.ProcessVMWritev(pid, local[:], remote[:], 0)
+			} else {
+				r, err = unix.ProcessVMReadv(pid, local[:], remote[:], 0)
+			}
+			if err != nil {
+				return err
 			}
 			if r == 0 {
 				return syscall.EFAULT

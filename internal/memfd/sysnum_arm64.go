@@ -1,3 +1,0 @@
-package memfd
-
-const sysMemfdCreate = 279

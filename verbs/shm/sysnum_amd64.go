@@ -1,6 +1,0 @@
-package shm
-
-const (
-	sysProcessVMReadv  = 310
-	sysProcessVMWritev = 311
-)

@@ -1,6 +1,0 @@
-package shm
-
-const (
-	sysProcessVMReadv  = 270
-	sysProcessVMWritev = 271
-)
