@@ -22,7 +22,9 @@
 //
 // The C side (flat request and completion descriptors, the post, poll and
 // CQ-wait helpers, queue pair setup) lives in shim.h, post.c, cqwait.c and
-// setup.c, which cgo compiles in builds with the tag; ibv.go holds the Go.
+// setup.c, which cgo compiles in builds with the tag; the Go side is one
+// file per object: ibv.go (opening), context.go, mr.go, cq.go, qp.go and
+// post.go.
 //
 // Device selection for verbs.Open("ibv", device, cfg): the named device;
 // else, with device "", the RDMA device on network interface cfg.NetDev;

@@ -4,7 +4,7 @@
 // that Go fills and reads in C memory, and helpers that do in one cgo call
 // what would otherwise take several (posting a chain, polling and
 // flattening completions, a CQ wait that sleeps on the completion channel),
-// or that wrap what cgo cannot call (macros, unions). ibv.go includes it;
+// or that wrap what cgo cannot call (macros, unions). The Go files include it;
 // post.c, cqwait.c and setup.c define the functions.
 
 #ifndef RG_IBV_SHIM_H
