@@ -589,8 +589,9 @@ func (win *Window[T]) Start(group []int, assert Assert) error {
 // write) or its next wait, and otherwise leaves when the provider's timer
 // fires (200 µs, a millisecond or more once the program computes); a
 // program that leaves one behind so has its next ones sent at once for a
-// while, and with more ranks than cores none waits (verbs/soft/hold.go). Operations that other goroutines issue while it runs are
-// refused (ErrNoEpoch); accumulates already running finish first.
+// while, and with more ranks than cores none waits (verbs/soft/hold.go).
+// Operations that other goroutines issue while it runs are refused
+// (ErrNoEpoch); accumulates already running finish first.
 func (win *Window[T]) Complete() error {
 	win.mu.Lock()
 	defer win.mu.Unlock()
