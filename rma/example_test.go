@@ -206,3 +206,85 @@ func ExampleWindow_RGet() {
 	})
 	// Output: 2
 }
+
+// CompareAndSwap claims a slot: of the ranks that try at once, exactly one
+// finds it empty. A hash table's insert is this, one slot at a time.
+func ExampleWindow_CompareAndSwap() {
+	rmatest.Start(4, func(w *rma.World) error {
+		win, err := rma.Allocate[int64](w, 2) // [0] the slot, [1] the winners
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		win.LockAll(0)
+		old, err := win.CompareAndSwap(0, int64(w.Rank()+1), 0, 0)
+		if err != nil {
+			return err
+		}
+		if old == 0 { // the slot was empty: this rank's value is in it
+			win.FetchAndOp(1, 0, 1, rma.Sum)
+		}
+		win.UnlockAll()
+		w.Barrier()
+		if w.Rank() == 0 {
+			owner := win.LoadLocal(0) - 1
+			fmt.Println("winners:", win.LoadLocal(1), "owner is a rank:", owner >= 0 && owner < 4)
+		}
+		return nil
+	})
+	// Output: winners: 1 owner is a rank: true
+}
+
+// AwaitLocal waits for a flag that a peer sets with an atomic after its
+// data: once the flag is seen, the data is in the window too. The target
+// takes no part in the transfer; it only watches its own memory.
+func ExampleWindow_AwaitLocal() {
+	rmatest.Start(2, func(w *rma.World) error {
+		win, err := rma.Allocate[int32](w, 4) // [0..2] data, [3] flag
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		w.Barrier() // every window exists before anyone writes to one
+		if w.Rank() == 0 {
+			win.Lock(1, rma.Exclusive, 0)
+			win.Put([]int32{5, 6, 7}, 1, 0)
+			win.Flush(1) // the data is at rank 1 before the flag
+			win.Accumulate([]int32{1}, 1, 3, rma.Replace)
+			win.Unlock(1)
+		} else {
+			if err := win.AwaitLocal(3, func(v int32) bool { return v == 1 }); err != nil {
+				return err
+			}
+			fmt.Println(win.Local()[:3])
+		}
+		return nil
+	})
+	// Output: [5 6 7]
+}
+
+// AllocateShared gives the ranks of a node each other's segments as plain
+// slices (on the shm provider): after a fence, a rank reads its
+// neighbour's segment with ordinary loads, no Get needed.
+func ExampleAllocateShared() {
+	rmatest.StartOn("shm", 2, func(w *rma.World) error {
+		win, err := rma.AllocateShared[float64](w, 2)
+		if err != nil {
+			return err
+		}
+		defer win.Free()
+		local := win.Local()
+		local[0], local[1] = float64(w.Rank()), float64(10*w.Rank())
+		win.Fence(0) // orders the plain stores before the other rank's loads (docs/memory-model.md)
+		other, err := win.SharedSegment(1 - w.Rank())
+		if err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			fmt.Println(other)
+		}
+		win.Fence(0) // every rank is done reading before any Free
+		return nil
+	})
+	// Output: [1 10]
+}

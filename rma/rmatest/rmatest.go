@@ -108,6 +108,19 @@ func pretendNodes() int {
 // Start is Run without a testing.TB, always in-process: it returns each
 // rank's error.
 func Start(n int, fn func(w *rma.World) error) []error {
+	return start(Provider(), pretendNodes(), n, fn)
+}
+
+// StartOn is Start on the named provider with every rank on one node,
+// whatever RMAGO_PROVIDER and RMAGO_TEST_NODES say: for what only one
+// provider does (AllocateShared's segments need shm).
+func StartOn(provider string, n int, fn func(w *rma.World) error) []error {
+	return start(provider, 1, n, fn)
+}
+
+// start runs n ranks in-process on provider, split into nodes pretend
+// nodes (0 or 1: one node).
+func start(provider string, nodes, n int, fn func(w *rma.World) error) []error {
 	errs := make([]error, n)
 	// Rank 0's listener is open before any rank starts: a port found free
 	// and closed again could be taken by another test's connection first.
@@ -133,7 +146,7 @@ func Start(n int, fn func(w *rma.World) error) []error {
 				}
 			}()
 			cfg := transport.RendezvousConfig{Rank: r, Size: n, Rendezvous: rendezvous, Secret: secret, Addr: launch.DefaultAddr,
-				Nodes: transport.PretendNodes(n, pretendNodes())}
+				Nodes: transport.PretendNodes(n, nodes)}
 			if r == 0 {
 				cfg.Listener = ln
 			}
@@ -142,7 +155,7 @@ func Start(n int, fn func(w *rma.World) error) []error {
 				errs[r] = err
 				return
 			}
-			v, err := join.World(b, transport.Options{Provider: Provider(), Timeout: Timeout, Notice: func(string) {}})
+			v, err := join.World(b, transport.Options{Provider: provider, Timeout: Timeout, Notice: func(string) {}})
 			if err != nil {
 				errs[r] = err
 				return
