@@ -1,6 +1,6 @@
 # rmago: one-sided communication (RMA) for Go.
 #   make run        build, then a 2-rank ping-pong on the embedded soft provider
-#   make test       gofmt, go vet (also for the other 64-bit Linux ports), the race-enabled
+#   make test       gofmt, go vet (also for the other 64-bit Linux ports), staticcheck, the race-enabled
 #                   test suite (again on shm, and on two pretend nodes: shm inside each,
 #                   soft between), a short fuzz run
 #   make test-rdma  the real-RDMA path on Soft-RoCE in a QEMU VM (needs root for apt-get)
@@ -20,7 +20,7 @@ FUZZTIME ?= 300000x
 RANKS    ?= 2
 PPFLAGS  ?=
 
-.PHONY: all build run test vet vet-ports fmt-check fuzz test-rdma test-cluster test-faults clean
+.PHONY: all build run test vet vet-ports lint fmt-check fuzz test-rdma test-cluster test-faults clean
 
 all: build
 
@@ -41,6 +41,13 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# lint: staticcheck (a pinned release, fetched through the module proxy
+# like any module) for what go vet does not look at: unused code, results
+# never used, expressions that compare a thing with itself.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
 # vet-ports: the library and its tests build for the other 64-bit Linux
 # architectures HPC systems run (Arm and POWER), system calls included.
 PORTS ?= arm64 ppc64le
@@ -50,7 +57,7 @@ vet-ports:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzResponder -fuzztime $(FUZZTIME) -fuzzminimizetime 2000x ./verbs/soft
 
-test: fmt-check vet vet-ports
+test: fmt-check vet vet-ports lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	RMAGO_PROVIDER=shm $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...
 	RMAGO_TEST_NODES=2 $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...

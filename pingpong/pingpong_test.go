@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,10 +32,7 @@ func binaries(t *testing.T) (rmarun, pingpong string) {
 		if buildErr != nil {
 			return
 		}
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			gobin = "go"
-		}
+		gobin := "go" // go test puts its own toolchain first in PATH
 		for pkg, name := range map[string]string{"../cmd/rmarun": "rmarun", ".": "pingpong"} {
 			cmd := exec.Command(gobin, "build", "-o", filepath.Join(binDir, name), pkg)
 			if out, err := cmd.CombinedOutput(); err != nil {

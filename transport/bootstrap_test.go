@@ -335,7 +335,7 @@ func TestTopology(t *testing.T) {
 		t.Fatalf("RMAGO_NODE ignored: %q", LocalNode(env))
 	}
 	none := func(string) string { return "" }
-	if LocalNode(none) != LocalNode(none) || LocalNode(none) == "" {
+	if a, b := LocalNode(none), LocalNode(none); a != b || a == "" {
 		t.Fatal("node identity unstable")
 	}
 }

@@ -26,12 +26,11 @@ type remote struct {
 	ranks []int
 	cmd   *exec.Cmd
 
-	mu     sync.Mutex
-	stdin  io.WriteCloser // nil once closed
-	ended  bool           // the launcher process ended (supervisor's)
-	hello  bool           // the agent said hello (supervisor's)
-	addr   string         // the address its ranks listen on
-	exited int            // how many of its ranks have been reported ended (supervisor's)
+	mu    sync.Mutex
+	stdin io.WriteCloser // nil once closed
+	ended bool           // the launcher process ended (supervisor's)
+	hello bool           // the agent said hello (supervisor's)
+	addr  string         // the address its ranks listen on
 }
 
 // launcherArgv returns the command that runs a shell command on a host,

@@ -81,7 +81,6 @@ func TestConfigBadValues(t *testing.T) {
 		{"RMAGO_PMI", "3", "1 or 2"},
 		{"RMAGO_PMI", "x", "1 or 2"},
 	}
-	var all []string
 	for _, c := range cases {
 		s, err := config.Load(env(c.name, c.value))
 		if !errors.Is(err, config.ErrConfig) {
@@ -94,7 +93,6 @@ func TestConfigBadValues(t *testing.T) {
 		if s != config.Defaults() {
 			t.Errorf("%s=%q: a bad value changed the settings: %+v", c.name, c.value, s)
 		}
-		all = append(all, c.name+"\x00"+c.value)
 	}
 	_, err := config.Load(env("RMAGO_TIMEOUT", "soon", "RMAGO_PMI", "3", "RMAGO_PROVIDER", "soft"))
 	if !errors.Is(err, config.ErrConfig) || !strings.Contains(err.Error(), "RMAGO_TIMEOUT") || !strings.Contains(err.Error(), "RMAGO_PMI") {

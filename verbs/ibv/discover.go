@@ -131,10 +131,3 @@ func usable(device, netdev string) error {
 	// Found through rdmamap's netlink lookup only: trust it.
 	return nil
 }
-
-// hasDevices is a cheap check run before libibverbs is touched, so that a
-// host without RDMA gets verbs.ErrNoDevice without library warnings.
-func hasDevices() bool {
-	devs, _ := SysDevices()
-	return len(devs) > 0
-}

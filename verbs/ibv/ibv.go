@@ -97,6 +97,13 @@ func rcErr(what string, rc C.int) error {
 	return errnoErr(what, syscall.Errno(rc))
 }
 
+// hasDevices is a cheap check run before libibverbs is touched, so that a
+// host without RDMA gets verbs.ErrNoDevice without library warnings.
+func hasDevices() bool {
+	devs, _ := SysDevices()
+	return len(devs) > 0
+}
+
 // deviceList returns the libibverbs device list; the caller frees it.
 func deviceList() (**C.struct_ibv_device, []string, error) {
 	if !hasDevices() {

@@ -34,7 +34,6 @@ type side struct {
 	qp      verbs.QP
 	sendCQ  verbs.CQ
 	recvCQ  verbs.CQ
-	recvWR  verbs.RecvWR
 	recvBuf []byte
 	recvMR  verbs.MR
 }

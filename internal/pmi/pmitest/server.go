@@ -459,7 +459,6 @@ func (cn *conn) pmi2(m map[string]string) error {
 				s.cond.Wait()
 				v, ok = s.kvs[m["key"]]
 			}
-			v, ok = s.kvs[m["key"]]
 		}
 		s.mu.Unlock()
 		if !ok {
