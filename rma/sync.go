@@ -252,17 +252,17 @@ func (win *Window[T]) LoadLocal(i int) T {
 	return elemAt[T](w, uint(sh))
 }
 
-// AwaitLocal blocks until cond holds for element i of this rank's own
-// window (read with LoadLocal), for a flag or counter that peers change
-// through the fabric. Between checks it drives the fabric itself (with the
-// soft provider it runs the peers' requests as they arrive, so the update
-// lands without waking another goroutine); once nothing has arrived for a
-// while it sleeps between checks. Once it returns, plain reads of Local
-// see what the peer published before its atomic made cond true (the load
-// that saw it is an acquire; no Sync is needed). It fails with an error wrapping
-// ErrTimeout after the World's Timeout (RMAGO_TIMEOUT). Prefer it to a loop of your own, which would
-// leave the soft provider's progress to a goroutine woken for every
-// message.
+// AwaitLocal blocks until cond holds for element i of this rank's own window
+// (read with LoadLocal), for a flag or counter that peers change through the
+// fabric. Between checks it drives the fabric itself (with the soft provider
+// it runs the peers' requests as they arrive, so the update lands without
+// waking another goroutine); once nothing has arrived for a while it sleeps
+// between checks. Once it returns, plain reads of Local see what the peer
+// published before its atomic made cond true (the load that saw it is an
+// acquire; no Sync is needed). It fails with an error wrapping ErrTimeout
+// after the World's Timeout (RMAGO_TIMEOUT). Prefer it to a loop of your own,
+// which would leave the soft provider's progress to a goroutine woken for
+// every message.
 func (win *Window[T]) AwaitLocal(i int, cond func(T) bool) error {
 	if win.isFreed() {
 		return win.errf(ErrFreed, "AwaitLocal on a freed window")
@@ -302,17 +302,16 @@ func (win *Window[T]) AwaitLocal(i int, cond func(T) bool) error {
 // transport.ErrTimeout). A goroutine that locks a target twice without
 // unlocking in between therefore waits for the timeout.
 //
-// A lock may be taken lazily, as MPI allows (MPICH does): where the
-// target is reached through the soft provider (for an exclusive lock:
-// and this rank or the target is rank 0, the lock leader), Lock sends
-// nothing and returns at once, and the lock is taken with the epoch's
-// first operation: a Put or Get of up to 16 KiB from or into a window's
-// memory carries the lock's atomics, a Put landing only if they found the
-// lock free (else it is made again once the lock is held, as is a Get);
-// any other operation, Flush or Unlock first waits for the lock. Lock,
-// Put (or Get) and Flush then take one round trip. An epoch with no operation takes nothing, so a lock without
-// operations excludes nothing: to use a lock as a mutex, access the
-// target under it.
+// A lock may be taken lazily, as MPI allows (MPICH does): where the target is
+// reached through the soft provider (for an exclusive lock: and this rank or
+// the target is rank 0, the lock leader), Lock sends nothing and returns at
+// once, and the lock is taken with the epoch's first operation: a Put or Get
+// of up to 16 KiB from or into a window's memory carries the lock's atomics, a
+// Put landing only if they found the lock free (else it is made again once the
+// lock is held, as is a Get); any other operation, Flush or Unlock first waits
+// for the lock. Lock, Put (or Get) and Flush then take one round trip. An
+// epoch with no operation takes nothing, so a lock without operations excludes
+// nothing: to use a lock as a mutex, access the target under it.
 func (win *Window[T]) Lock(target int, typ LockType, assert Assert) error {
 	if typ != Exclusive && typ != Shared {
 		return win.errf(ErrLockType, "Lock(%d, %v): use rma.Exclusive or rma.Shared", target, typ)

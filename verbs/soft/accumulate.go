@@ -85,9 +85,9 @@ func (p *pending) readsData() bool {
 }
 
 // prepAccumulate checks an OpAccumulate work request (verbs.CheckAccumulate,
-// then its local keys) and fills in its frame and bookkeeping: the operand is sent like a write's payload, and a
-// fetching one's SGL also receives the old values, like a read's. It
-// returns the request's length.
+// then its local keys) and fills in its frame and bookkeeping: the operand is
+// sent like a write's payload, and a fetching one's SGL also receives the old
+// values, like a read's. It returns the request's length.
 func (q *qp) prepAccumulate(wr *verbs.SendWR, f *frame, p *pending, payload *[maxSGE][]byte) (uint64, error) {
 	if err := verbs.CheckAccumulate(wr, maxFetchAcc); err != nil {
 		return 0, err

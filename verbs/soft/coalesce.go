@@ -7,24 +7,24 @@ import (
 	"github.com/rmago/rmago/verbs"
 )
 
-// Coalescing small requests. Every frame used to leave in its own writev,
-// so an 8-byte put stream was one system call per put on each side. Now
-// the frames of small unsignalled writes and accumulates without results
-// (their payload copied, so that posting still takes the payload:
-// verbs.DeviceAttr.PostCopiesPayload) and reads wait in the queue pair's
-// cork buffer, and leave, in order and in one gather write, with the next
-// request that is sent at once: a signalled or fenced request, an atomic,
-// a fetching accumulate, a write with immediate data or a send, a large
-// write. (An 8-byte accumulate stream went from one system call per
-// accumulate, 0.6-0.8 MB/s, to 10-12 MB/s.) Atomics are held back only
-// when posted with verbs.Coalesce (a lock's release nobody waits for),
-// and then at most corkAtomicDelay: other ranks may wait for it. The cork is also sent when it is full, when a
-// completion queue of the context is polled or waited on, when the
-// context is driven (device.Progress), at Close, and when the cork's
-// timer fires, corkDelay after its first frame (a Go timer: later once
-// the program computes), so that a request posted and followed by nothing
-// still reaches the peer. What a peer waits for is held back only while
-// the program comes back for it (hold.go).
+// Coalescing small requests. Every frame used to leave in its own writev, so
+// an 8-byte put stream was one system call per put on each side. Now the
+// frames of small unsignalled writes and accumulates without results (their
+// payload copied, so that posting still takes the payload:
+// verbs.DeviceAttr.PostCopiesPayload) and reads wait in the queue pair's cork
+// buffer, and leave, in order and in one gather write, with the next request
+// that is sent at once: a signalled or fenced request, an atomic, a fetching
+// accumulate, a write with immediate data or a send, a large write. (An 8-byte
+// accumulate stream went from one system call per accumulate, 0.6-0.8 MB/s, to
+// 10-12 MB/s.) Atomics are held back only when posted with verbs.Coalesce (a
+// lock's release nobody waits for), and then at most corkAtomicDelay: other
+// ranks may wait for it. The cork is also sent when it is full, when a
+// completion queue of the context is polled or waited on, when the context is
+// driven (device.Progress), at Close, and when the cork's timer fires,
+// corkDelay after its first frame (a Go timer: later once the program
+// computes), so that a request posted and followed by nothing still reaches
+// the peer. What a peer waits for is held back only while the program comes
+// back for it (hold.go).
 //
 // A small write whose target bytes follow the cork's last frame's (an
 // unsignalled write to the same rkey) is merged into it: the frame grows
@@ -139,10 +139,11 @@ func (q *qp) armCork(d time.Duration) {
 	q.corkTimer.Reset(d)
 }
 
-// mergeWrite appends write f to the cork's last frame instead of adding
-// a frame, if f may join it (extendable); sendMu held. The frame takes f's sequence number, and its acknowledgement flag if f
-// is signalled (the response to it then completes them all): the peer's
-// count of the requests it executed (its goodbye) stays exact.
+// mergeWrite appends write f to the cork's last frame instead of adding a
+// frame, if f may join it (extendable); sendMu held. The frame takes f's
+// sequence number, and its acknowledgement flag if f is signalled (the
+// response to it then completes them all): the peer's count of the requests it
+// executed (its goodbye) stays exact.
 func (q *qp) mergeWrite(f *frame, payload *[maxSGE][]byte, nseg int) bool {
 	if f.kind != kReqWrite || f.flags&^flagAck != 0 {
 		return false

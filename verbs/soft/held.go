@@ -7,21 +7,20 @@ import (
 
 // Held answers. A goroutine that polls its own memory for a peer's write
 // (device.Progress) runs the frames that arrived and usually finds what it
-// waited for in them: then its program goes on, and often posts a request
-// to the same peer at once (the lock ping-pong's next leg). The answers to
-// those frames used to leave in a write of their own just before, a
-// system call on the way to the program's next request. Now such answers
-// (headers, or a few bytes copied when their request ran, among them a
-// read's or an atomic's: holdable) wait in the collected responses and leave in the same write as this side's next
-// request, or sooner: at the next device.Progress (the poller did not find
-// what it waited for and goes on polling), when any goroutine runs the
-// stream again, at Close, or when the cork's timer fires, answerDelay
+// waited for in them: then its program goes on, and often posts a request to
+// the same peer at once (the lock ping-pong's next leg). The answers to those
+// frames used to leave in a write of their own just before, a system call on
+// the way to the program's next request. Now such answers (headers, or a few
+// bytes copied when their request ran, among them a read's or an atomic's:
+// holdable) wait in the collected responses and leave in the same write as
+// this side's next request, or sooner: at the next device.Progress (the poller
+// did not find what it waited for and goes on polling), when any goroutine
+// runs the stream again, at Close, or when the cork's timer fires, answerDelay
 // (corkAtomicDelay, 20 µs) after they were held, later once the program
-// computes (a Go timer); answers left behind so make the context answer
-// at once for a while (hold.go). Their order
-// among the answers is kept: they stay first in the collected responses,
-// and a request write takes them only if none were handed to the writer
-// goroutine before them.
+// computes (a Go timer); answers left behind so make the context answer at
+// once for a while (hold.go). Their order among the answers is kept: they stay
+// first in the collected responses, and a request write takes them only if
+// none were handed to the writer goroutine before them.
 //
 // soft, 2 ranks, the lock ping-pong (lock, put, flush, the flag's
 // accumulate, unlock; 8 B): 33.0-34.3 -> 23.7-25.1 µs a round trip. A
