@@ -76,6 +76,7 @@ var subcommands = map[string]func(args []string) error{
 	"plot":    runPlot,
 	"import":  runImport,
 	"table":   runTable,
+	"goals":   runGoals,
 }
 
 func main() {
@@ -128,6 +129,7 @@ subcommands:
   plot     pingpong plot -o out.svg a.json [b.json ...] (also writes out.png)
   import   pingpong import -o mpi.json mpi.csv (the C ping-pong's CSV)
   table    pingpong table [-base SYSTEM] a.json b.json ...: Markdown tables with ratios
+  goals    pingpong goals DIR: the issues' goals against make compare's OUT
 
 'pingpong SUBCOMMAND -h' lists a subcommand's flags.
 `)

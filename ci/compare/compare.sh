@@ -272,6 +272,11 @@ for sys in $OSU_MPI; do
 	OSU_JSONS+=("$OUT/osu-$sys.json")
 done
 
+# The issues' goals against this run (pingpong/goals.go), also on the
+# terminal.
+$PP goals "$OUT" >"$OUT/goals.md"
+cat "$OUT/goals.md"
+
 [ -n "${COMPARE_NO_DOCS:-}" ] && { say "done (COMPARE_NO_DOCS: docs untouched), results in $OUT"; exit 0; }
 
 $PP plot -o docs/compare-oneone.svg -bench oneone -cols 2 "${JSONS[@]}" >/dev/null
@@ -294,6 +299,12 @@ GEN=$OUT/generated.md
 	echo "$(mpirun.openmpi --version 2>/dev/null | head -1), $(mpirun.mpich --version 2>/dev/null | sed -n 's/^ *Version: *//p' | head -1 | sed 's/^/MPICH /'), gcc $(gcc -dumpfullversion)."
 	echo "Load average (1 min) at the start of each part:$LOADS"
 	echo "Rounds: $ROUNDS interleaved rounds x $REPS repetitions per size = $((ROUNDS * REPS)) repetitions; the mean drops the fastest and slowest."
+	echo
+	echo "### The issues' goals in this run"
+	echo
+	echo "Each goal of the two performance issues, as a ratio rmago / MPI taken two ways (\`pingpong goals\`): of the pooled medians (every repetition of every round, as in the tables below), and the median of the rounds' own ratios (in a round the systems run one after the other, and a change of the machine's speed between runs moves both)."
+	echo
+	cat "$OUT/goals.md"
 	echo
 	echo "### One-to-one, every mode"
 	echo
