@@ -103,6 +103,7 @@ func latencies(j *job, sel latSel, reps, warmup, n int) (err error) {
 	if err := w.Barrier(); err != nil {
 		return err
 	}
+	j.settleOnce()
 	if w.Rank() == 0 {
 		if err := errors2(win.LockAll(rma.NoCheck), ctr.LockAll(rma.NoCheck)); err != nil {
 			return err

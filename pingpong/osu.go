@@ -233,6 +233,7 @@ func osuOne[T rma.Number](j *job, o *osuOpts, bench, syncMode string, size int) 
 	if err := j.w.Barrier(); err != nil {
 		return err
 	}
+	j.settleOnce()
 	iters, skip := o.loops(bench, size)
 	c.issued = o.reps * (iters + skip)
 	samples := make([]float64, o.reps)

@@ -108,6 +108,8 @@ type job struct {
 	prog   *progress
 	head   string // the table header last printed
 	prof   *cpuProfile
+	// settled: the rank has kept busy for opt.settle (settleOnce).
+	settled bool
 }
 
 // startJob joins the rmarun job and checks its size.
@@ -147,14 +149,6 @@ func startJob(opt *common, name string, minRanks, maxRanks int) (*job, error) {
 	if j.prof, err = startCPUProfile(opt.cpuProf, w.Rank()); err != nil {
 		w.Close()
 		return nil, err
-	}
-	if opt.settle > 0 {
-		settle(opt.settle)
-		if err := w.Barrier(); err != nil {
-			j.prof.stop()
-			w.Close()
-			return nil, err
-		}
 	}
 	return j, nil
 }

@@ -19,6 +19,21 @@ import "time"
 // both sides are measured in their steady state.
 const defaultSettle = 25 * time.Millisecond
 
+// settleOnce, called once the ranks have met right before their first
+// measurement, keeps this rank busy for -settle the first time. Whatever
+// comes between the settling and the measurement must not sleep: window
+// creation and a barrier whose ranks arrive milliseconds apart (more
+// ranks than cores) did, and the monitor was back at its 20 µs tick when
+// the first size was measured (one-to-many, 4 ranks on shm: the 8-byte
+// round trip 28-30 µs in every round of a make compare run, the sizes
+// after it 17-25).
+func (j *job) settleOnce() {
+	if !j.settled {
+		j.settled = true
+		settle(j.opt.settle)
+	}
+}
+
 // settle keeps the calling goroutine busy for d without system calls.
 func settle(d time.Duration) {
 	if d <= 0 {

@@ -18,6 +18,12 @@ type roundTrip func(n int, full bool) error
 // barrier, the ranks meet before each timed repetition (not in fence3,
 // whose first fence does it, as in the reference method).
 func (j *job) runSweep(s *sweep, bench, mode string, ranks int, barrier bool, rt roundTrip, step *int, steps int) error {
+	if !j.settled {
+		if err := j.w.Barrier(); err != nil {
+			return err
+		}
+		j.settleOnce()
+	}
 	for e := s.minExp; e <= s.maxExp; e++ {
 		n := 1 << e
 		iters := s.itersFor(n)
