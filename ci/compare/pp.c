@@ -176,9 +176,10 @@ static void round_trip(long n, int full) {
     else get_round(n, full);
 }
 
-/* settle keeps the rank busy for 25 ms before it measures anything, as
- * rmago's pingpong does (pingpong/settle.go: a fresh Go process is slower
- * for its first milliseconds), so that both sides start measuring alike. */
+/* settle keeps the rank busy for 25 ms right before its first
+ * measurement, once the ranks have met, as rmago's pingpong does
+ * (pingpong/settle.go: a fresh Go process is slower for its first
+ * milliseconds), so that both sides start measuring alike. */
 static void settle(void) {
     double end = MPI_Wtime() + 0.025;
     while (MPI_Wtime() < end) {}
@@ -188,7 +189,6 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-    settle();
     if (argc < 3) {
         if (rank == 0) fprintf(stderr, "usage: pp oneone|onemany MODE [minexp] [maxexp] [reps] [warmup] [iters]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -239,6 +239,7 @@ int main(int argc, char **argv) {
         MPI_Group_incl(world_group, 1, &zero, &peers_group);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+    settle();
 
     int f2 = !strcmp(mode, "fence2"), lall = !strcmp(mode, "lockall");
     if (f2) MPI_Win_fence(0, win);

@@ -24,9 +24,10 @@
 
 static unsigned char pattern(long size, long i) { return (unsigned char)(size * 7 + i * 13 + i / 251); }
 
-/* settle keeps the rank busy for 25 ms before it measures anything, as
- * rmago's pingpong does (pingpong/settle.go: a fresh Go process is slower
- * for its first milliseconds), so that both sides start measuring alike. */
+/* settle keeps the rank busy for 25 ms right before its first
+ * measurement, once the ranks have met, as rmago's pingpong does
+ * (pingpong/settle.go: a fresh Go process is slower for its first
+ * milliseconds), so that both sides start measuring alike. */
 static void settle(void) {
     double end = MPI_Wtime() + 0.025;
     while (MPI_Wtime() < end) {}
@@ -37,7 +38,6 @@ int main(int argc, char **argv) {
     int rank, nprocs;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-    settle();
     long minsize = argc > 2 ? atol(argv[2]) : 8;
     long maxsize = argc > 3 ? atol(argv[3]) : 1048576;
     int window = argc > 4 ? atoi(argv[4]) : 64;
@@ -69,6 +69,7 @@ int main(int argc, char **argv) {
     for (long size = minsize; size <= maxsize && !bad; size *= 2) {
         int iters = size > 8192 ? 20 : 100, skip = size > 8192 ? 2 : 10;
         MPI_Barrier(MPI_COMM_WORLD);
+        if (size == minsize) settle();
         double t0 = 0;
         if (rank == 0) {
             for (long i = 0; i < size * window; i++) src[i] = pattern(size, i);
