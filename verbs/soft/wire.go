@@ -38,8 +38,10 @@ import (
 // round trips on loopback, 4 alternating rounds, fence2 3.56-3.64 ms ->
 // 3.11-3.22, fence3 3.34-3.60 -> 3.08-3.27, get 3.23-3.97 -> 3.08-3.20
 // (docs/benchmarks.md, 2026-11-29). A frame whose payload is not a
-// multiple of 64 bytes shifts the frames after it until the kernel starts
-// a fresh page.
+// multiple of 64 bytes shifts the frames written after it into the same
+// page, until the peer has taken them and the kernel starts the page
+// again from its beginning; between the legs of a ping-pong it does, and
+// padding every payload to a multiple of 64 bytes (tried) changed nothing.
 const hdrLen = 64
 
 // maxPayload bounds one frame's payload; larger requests are rejected.
