@@ -15,6 +15,7 @@ import (
 	"github.com/rmago/rmago/internal/memfd"
 	"github.com/rmago/rmago/verbs"
 	"github.com/rmago/rmago/verbs/accop"
+	"github.com/rmago/rmago/verbs/internal/recvq"
 )
 
 // Queue pair states.
@@ -23,13 +24,6 @@ const (
 	stRTS
 	stError
 )
-
-// recvEntry is a posted receive request.
-type recvEntry struct {
-	id   uint64
-	nseg int
-	seg  [maxSGE][]byte
-}
 
 // How an origin reaches a peer region's bytes.
 const (
@@ -82,9 +76,7 @@ type qp struct {
 	mu    sync.Mutex   // state, failErr and the receive ring
 	state int
 	err   error
-	recvs []recvEntry
-	rhead int
-	rn    int
+	recvs recvq.Queue
 	done  chan struct{}
 	// failed closes when fail has finished its work: Close waits for it
 	// before freeing the inbox, which a concurrent fail (a loopback
@@ -124,7 +116,7 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 	q := &qp{
 		ctx: c, pd: p, sendCQ: scq, recvCQ: rcq, maxSend: attr.MaxSendWR, maxRecv: attr.MaxRecvWR,
 		in: in, connCh: make(chan acceptedConn, 1), ready: make(chan struct{}),
-		recvs: make([]recvEntry, max(attr.MaxRecvWR, 1)), done: make(chan struct{}), failed: make(chan struct{}),
+		recvs: recvq.New(attr.MaxRecvWR), done: make(chan struct{}), failed: make(chan struct{}),
 		respCh: make(chan response, 1),
 	}
 	c.mu.Lock()
@@ -544,29 +536,27 @@ func (q *qp) deliver(op verbs.Opcode, imm uint32, n uint64, segs [][]byte) verbs
 func (q *qp) next(wc *verbs.WC) bool {
 	in := q.in
 	head := in.head.Load()
-	if q.rn == 0 || !in.arrived() {
+	if q.recvs.Len() == 0 || !in.arrived() {
 		return false
 	}
 	s := in.slot(head)
 	op := verbs.Opcode(*(*uint32)(s))
 	imm := *(*uint32)(unsafe.Add(s, 4))
 	n := *(*uint32)(unsafe.Add(s, 8))
-	e := &q.recvs[q.rhead]
-	*wc = verbs.WC{ID: e.id, Op: op, QPN: q.num, ByteLen: n}
+	e := q.recvs.Head()
+	*wc = verbs.WC{ID: e.ID, Op: op, QPN: q.num, ByteLen: n}
 	if op == verbs.OpRecvImm {
 		wc.Imm, wc.HasImm = imm, true
 	} else if n > 0 {
 		src := unsafe.Slice((*byte)(unsafe.Add(s, slotHdr)), n)
-		for i := 0; i < e.nseg && len(src) > 0; i++ {
-			src = src[copy(e.seg[i], src):]
+		for i := 0; i < e.NSeg && len(src) > 0; i++ {
+			src = src[copy(e.Seg[i], src):]
 		}
 		if len(src) > 0 {
 			wc.Status = verbs.StatusLocalError
 		}
 	}
-	*e = recvEntry{}
-	q.rhead = (q.rhead + 1) % len(q.recvs)
-	q.rn--
+	q.recvs.Drop()
 	in.head.Store(head + 1)
 	return true
 }
@@ -595,22 +585,21 @@ func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
 		if q.state == stError {
 			return wr, q.stateErr()
 		}
-		if len(wr.SGL) > maxSGE {
+		if len(wr.SGL) > recvq.MaxSGE {
 			return wr, fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
 		}
-		if q.rn == len(q.recvs) || q.maxRecv == 0 {
-			return wr, fmt.Errorf("%w: %d receives posted", verbs.ErrQueueFull, q.rn)
+		if q.recvs.Full() || q.maxRecv == 0 {
+			return wr, fmt.Errorf("%w: %d receives posted", verbs.ErrQueueFull, q.recvs.Len())
 		}
-		e := recvEntry{id: wr.ID, nseg: len(wr.SGL)}
+		e := recvq.Entry{ID: wr.ID, NSeg: len(wr.SGL)}
 		for i, s := range wr.SGL {
 			b, err := q.ctx.resolve(q.pd, s, verbs.AccessLocalWrite)
 			if err != nil {
 				return wr, err
 			}
-			e.seg[i] = b
+			e.Seg[i] = b
 		}
-		q.recvs[(q.rhead+q.rn)%len(q.recvs)] = e
-		q.rn++
+		q.recvs.Push(&e)
 		q.in.posted.Add(1)
 	}
 	return nil, nil
@@ -665,13 +654,10 @@ func (q *qp) fail(status verbs.Status, cause error, tell bool) {
 	for q.next(&wc) {
 		rc.ring.Push(wc)
 	}
-	for q.rn > 0 {
-		e := q.recvs[q.rhead]
-		q.recvs[q.rhead] = recvEntry{}
-		q.rhead = (q.rhead + 1) % len(q.recvs)
-		q.rn--
+	for q.recvs.Len() > 0 {
+		e := q.recvs.Pop()
 		if !rc.closed {
-			rc.ring.Push(verbs.WC{ID: e.id, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
+			rc.ring.Push(verbs.WC{ID: e.ID, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
 		}
 	}
 	q.mu.Unlock()

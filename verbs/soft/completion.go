@@ -148,11 +148,8 @@ func (q *qp) failPendingLocked() {
 		}
 		q.completeHead(st)
 	}
-	for q.rn > 0 {
-		e := q.recvs[q.rhead]
-		q.recvs[q.rhead] = recvEntry{}
-		q.rhead = (q.rhead + 1) % len(q.recvs)
-		q.rn--
-		q.recvCQ.push(verbs.WC{ID: e.id, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
+	for q.recvs.Len() > 0 {
+		e := q.recvs.Pop()
+		q.recvCQ.push(verbs.WC{ID: e.ID, Status: verbs.StatusFlushed, Op: verbs.OpRecv, QPN: q.num})
 	}
 }

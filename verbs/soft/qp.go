@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/internal/recvq"
 )
 
 // The queue pair: its state, its creation, its error state and its close.
@@ -96,9 +97,7 @@ type qp struct {
 	phead      int
 	pn         int
 	ordered    int // pending reads and atomics, for Fence
-	recvs      []recvEntry
-	rhead      int
-	rn         int
+	recvs      recvq.Queue
 	failErr    error
 	failStatus verbs.Status
 	respCh     chan response
@@ -168,7 +167,7 @@ func (p *pd) CreateQP(attr verbs.QPAttr) (verbs.QP, error) {
 		maxSend: attr.MaxSendWR, maxRecv: attr.MaxRecvWR,
 		connCh: make(chan acceptedConn, 1),
 		pend:   make([]pending, attr.MaxSendWR),
-		recvs:  make([]recvEntry, max(attr.MaxRecvWR, 1)),
+		recvs:  recvq.New(attr.MaxRecvWR),
 		done:   make(chan struct{}),
 	}
 	q.cond.L = &q.mu

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/rmago/rmago/verbs"
+	"github.com/rmago/rmago/verbs/internal/recvq"
 )
 
 // The requester: posting work requests (each becomes a request frame on
@@ -23,13 +24,6 @@ type pending struct {
 	nseg     int
 	seg      [maxSGE][]byte  // read and atomic destinations
 	reg      [maxSGE]*region // held (inUse.RLock) until completion
-}
-
-// recvEntry is a posted receive request.
-type recvEntry struct {
-	id   uint64
-	nseg int
-	seg  [maxSGE][]byte
 }
 
 // resolve maps a local SGE to bytes of a registered region of this PD.
@@ -256,22 +250,21 @@ func (q *qp) PostRecv(first *verbs.RecvWR) (*verbs.RecvWR, error) {
 		if q.state == stError {
 			return wr, q.stateErr()
 		}
-		if len(wr.SGL) > maxSGE {
+		if len(wr.SGL) > recvq.MaxSGE {
 			return wr, fmt.Errorf("%w: %d SGEs", verbs.ErrInvalid, len(wr.SGL))
 		}
-		if q.rn == len(q.recvs) || q.maxRecv == 0 {
-			return wr, fmt.Errorf("%w: %d receives posted", verbs.ErrQueueFull, q.rn)
+		if q.recvs.Full() || q.maxRecv == 0 {
+			return wr, fmt.Errorf("%w: %d receives posted", verbs.ErrQueueFull, q.recvs.Len())
 		}
-		e := recvEntry{id: wr.ID, nseg: len(wr.SGL)}
+		e := recvq.Entry{ID: wr.ID, NSeg: len(wr.SGL)}
 		for i, s := range wr.SGL {
 			_, b, err := q.resolve(s, verbs.AccessLocalWrite)
 			if err != nil {
 				return wr, err
 			}
-			e.seg[i] = b
+			e.Seg[i] = b
 		}
-		q.recvs[(q.rhead+q.rn)%len(q.recvs)] = e
-		q.rn++
+		q.recvs.Push(&e)
 	}
 	return nil, nil
 }

@@ -145,24 +145,21 @@ func (q *qp) execute(br frameReader, f *frame) error {
 // payload does not fit (receiver not ready / length error).
 func (q *qp) deliver(br frameReader, f *frame, op verbs.Opcode) bool {
 	q.mu.Lock()
-	if q.rn == 0 {
+	if q.recvs.Len() == 0 {
 		q.mu.Unlock()
 		return false
 	}
-	e := q.recvs[q.rhead]
-	q.recvs[q.rhead] = recvEntry{}
-	q.rhead = (q.rhead + 1) % len(q.recvs)
-	q.rn--
+	e := q.recvs.Pop()
 	q.mu.Unlock()
-	wc := verbs.WC{ID: e.id, Op: op, QPN: q.num, ByteLen: f.len}
+	wc := verbs.WC{ID: e.ID, Op: op, QPN: q.num, ByteLen: f.len}
 	if op == verbs.OpRecvImm {
 		wc.Imm, wc.HasImm = f.imm, true
 	}
 	if br != nil {
 		left := int(f.len)
-		for i := 0; i < e.nseg && left > 0; i++ {
-			n := min(left, len(e.seg[i]))
-			if _, err := io.ReadFull(br, e.seg[i][:n]); err != nil {
+		for i := 0; i < e.NSeg && left > 0; i++ {
+			n := min(left, len(e.Seg[i]))
+			if _, err := io.ReadFull(br, e.Seg[i][:n]); err != nil {
 				return true // the connection is gone; serve reports it
 			}
 			left -= n
