@@ -18,7 +18,7 @@ type roundTrip func(n int, full bool) error
 // barrier, the ranks meet before each timed repetition (not in fence3,
 // whose first fence does it, as in the reference method).
 func (j *job) runSweep(s *sweep, bench, mode string, ranks int, barrier bool, rt roundTrip, step *int, steps int) error {
-	if !j.settled {
+	if !j.settled && j.opt.settle > 0 {
 		if err := j.w.Barrier(); err != nil {
 			return err
 		}
