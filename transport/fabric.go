@@ -133,6 +133,8 @@ type Fabric struct {
 	// by an agent other than the posting thread (a NIC, or Soft-RoCE in
 	// the kernel), which a spinning wait must leave a core to.
 	shareCores, engines bool
+	// gatherFences: the job's fences gather their first round (GatherFences).
+	gatherFences bool
 	// procs is GOMAXPROCS at Open: the spinning waits' yields to
 	// goroutines are paced by it (spin.Yielder).
 	procs int
@@ -174,6 +176,10 @@ type hello struct {
 	CtrlAddr uint64     `json:"ctrl"`     // the world control region
 	CtrlKeys Keys       `json:"ctrlkeys"` // its key on each context
 	Provider string     `json:"prov"`     // the contexts' providers, joined with +
+	// The form of the fences' first round (fencemode.go).
+	Fence  string `json:"fence,omitempty"`  // RMAGO_FENCE
+	Crowd  bool   `json:"crowd,omitempty"`  // this node runs more ranks than cores
+	AtPost bool   `json:"atpost,omitempty"` // a peer is reached at post (shm)
 }
 
 // ctxHello is what a peer needs to reach this rank through one context.
@@ -255,6 +261,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 		return nil, err
 	}
 	me.CtrlAddr, me.CtrlKeys = f.ctrl.loc.Addr, f.ctrl.Keys()
+	f.fenceHello(&me, s)
 	msg, err := json.Marshal(me)
 	if err != nil {
 		return nil, err
@@ -288,6 +295,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 		}
 		f.ctrl.peers = append(f.ctrl.peers, Remote{Addr: h.CtrlAddr, RKey: h.CtrlKeys[f.via[r]]})
 	}
+	f.decideFence(hellos)
 	if err := f.connect(hellos); err != nil {
 		return nil, err
 	}

@@ -302,7 +302,13 @@ func (f *Fabric) AwaitNotesEither(a, b uint32, count int) (int, error) {
 // AwaitNotesEitherFrom is AwaitNotesEither with the ranks expected to send
 // one each listed by from (count of them), as AwaitNotes has them.
 func (f *Fabric) AwaitNotesEitherFrom(a, b uint32, count int, from func(yield func(int) bool)) (int, error) {
-	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{a, b}, ntags: 2, count: count}
+	return f.AwaitNotesEitherGrace(a, b, count, from, 0)
+}
+
+// AwaitNotesEitherGrace is AwaitNotesEitherFrom with its own grace for
+// failure notices once the timeout has passed, as AwaitNotesGrace has it.
+func (f *Fabric) AwaitNotesEitherGrace(a, b uint32, count int, from func(yield func(int) bool), grace time.Duration) (int, error) {
+	op := waitOp{what: "notification wait", rank: -1, tags: [2]uint32{a, b}, ntags: 2, count: count, grace: grace}
 	err := f.waitFor(func() bool { return f.noteCount(a)+f.noteCount(b) >= count }, op, from)
 	if err != nil {
 		return 0, err

@@ -48,6 +48,9 @@ const (
 	EnvPMI = "RMAGO_PMI"
 	// EnvNode overrides the rank's node identity (transport.LocalNode).
 	EnvNode = "RMAGO_NODE"
+	// EnvFence says how a fence's first round runs among 3 to 7 ranks
+	// over the network: all-to-all or gathered through rank 0.
+	EnvFence = "RMAGO_FENCE"
 )
 
 // Defaults of the settings that have one.
@@ -55,6 +58,7 @@ const (
 	DefaultProvider = "auto"
 	DefaultTimeout  = 2 * time.Minute
 	DefaultConnect  = "lazy"
+	DefaultFence    = "auto"
 	// DefaultSoftSpin equals verbs/soft's DefaultSpin (a test checks it).
 	DefaultSoftSpin = 100 * time.Microsecond
 	// DefaultShmSpin equals verbs/shm's DefaultSpin (a test checks it).
@@ -83,6 +87,7 @@ type Settings struct {
 	ShmCMA   bool          // RMAGO_SHM_CMA: cross-memory attach for memory that is not shared
 	IBVSpin  int           // RMAGO_IBV_SPIN: polls, or AdaptiveSpin
 	PMI      int           // RMAGO_PMI: 1 or 2
+	Fence    string        // RMAGO_FENCE: auto, all or gather
 
 	// SoftSpinSet: RMAGO_SOFT_SPIN was given. Unset, a node with more
 	// ranks than cores does not poll (transport).
@@ -103,6 +108,7 @@ func Defaults() Settings {
 		ShmCMA:   true,
 		IBVSpin:  AdaptiveSpin,
 		PMI:      DefaultPMI,
+		Fence:    DefaultFence,
 	}
 }
 
@@ -155,6 +161,11 @@ func (s *Settings) Set(name, value string) error {
 			return bad(name, value)
 		}
 		s.Connect = value
+	case EnvFence:
+		if value != "auto" && value != "all" && value != "gather" {
+			return bad(name, value)
+		}
+		s.Fence = value
 	case EnvSoftSpin:
 		d, err := time.ParseDuration(value)
 		if err != nil || d < 0 {

@@ -28,7 +28,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "auto", Timeout: 2 * time.Minute, Connect: "lazy", SoftSpin: 100 * time.Microsecond, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: -1, PMI: 1}
+	want := config.Settings{Provider: "auto", Timeout: 2 * time.Minute, Connect: "lazy", SoftSpin: 100 * time.Microsecond, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: -1, PMI: 1, Fence: "auto"}
 	if s != want || s != config.Defaults() {
 		t.Fatalf("defaults %+v, want %+v", s, want)
 	}
@@ -45,11 +45,11 @@ func TestConfigValues(t *testing.T) {
 	s, err := config.Load(env(
 		"RMAGO_PROVIDER", "soft", "RMAGO_DEVICE", "mlx5_1", "RMAGO_NETDEV", "eth2",
 		"RMAGO_TIMEOUT", "0", "RMAGO_CONNECT", "eager", "RMAGO_SOFT_SPIN", "0",
-		"RMAGO_IBV_SPIN", "0", "RMAGO_PMI", "2", "RMAGO_NODE", "a"))
+		"RMAGO_IBV_SPIN", "0", "RMAGO_PMI", "2", "RMAGO_NODE", "a", "RMAGO_FENCE", "gather"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, SoftSpinSet: true, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: 0, PMI: 2}
+	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, SoftSpinSet: true, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: 0, PMI: 2, Fence: "gather"}
 	if s != want {
 		t.Fatalf("got %+v, want %+v", s, want)
 	}
@@ -71,6 +71,7 @@ func TestConfigBadValues(t *testing.T) {
 		{"RMAGO_TIMEOUT", "-1s", "a Go duration >= 0"},
 		{"RMAGO_TIMEOUT", "10", "a Go duration >= 0"},
 		{"RMAGO_CONNECT", "sometimes", "lazy (on first use"},
+		{"RMAGO_FENCE", "tree", "auto, all (every rank notifies every other"},
 		{"RMAGO_SOFT_SPIN", "x", "a Go duration >= 0"},
 		{"RMAGO_SHM_SPIN", "-1s", "a Go duration >= 0"},
 		{"RMAGO_SHM_CMA", "yes", "on or off"},

@@ -49,6 +49,8 @@ var Vars = []Var{
 		"a Go duration >= 0 such as 30s or 2m; 0: no bound", "2m", "transport (Open)"},
 	{EnvConnect, Setting, "when pairs of ranks are connected",
 		"lazy (on first use, where the provider can) or eager (all in Init)", "lazy", "transport (Open)"},
+	{EnvFence, Setting, "how the first round of a fence runs among 3 to 7 ranks that reach one another over the network (the same on every rank: the ranks agree in Init, all winning over gather)",
+		"auto, all (every rank notifies every other: one hop) or gather (through rank 0: 2(size-1) messages, two hops)", "auto: gather when some node of the job runs more ranks than cores, all otherwise; all whenever a rank reaches a peer through shm", "transport (Open), sync/fence"},
 	{EnvSoftSpin, Setting, "how long a waiting soft rank polls after the last message before it sleeps",
 		"a Go duration >= 0 such as 100us; 0: never poll", "100us; 0 on a node with more than two ranks a core (with more ranks than cores a polling rank yields its core to other processes between polls)", "transport (Open) via verbs.Config.Spin"},
 	{EnvShmSpin, Setting, "how long the shm provider's completion wait polls before it sleeps on its futex",

@@ -56,6 +56,11 @@ type Fence struct {
 	before, after []int
 	sent          []bool
 
+	// A gathered round one (gather.go): every rank's put mask, and every
+	// other rank (an iterator bound once).
+	rows     []uint64
+	othersFn func(yield func(int) bool)
+
 	c  *control.Region // UseControl: the put masks' and direct notes' words
 	lz lazy            // a second round awaited lazily (lazy.go)
 
@@ -133,10 +138,30 @@ func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 			x.before = append(x.before, r)
 		}
 	}
+	lazy := putTo != nil && x.lazyOK()
+	gathered := lazy && x.gatherOK()
+	if len(x.after) > 1 && !gathered {
+		// A target notified early could leave round one, and write to
+		// another target, before this rank's read there has run: only
+		// the gathered form (where nobody leaves before the root has
+		// heard from this rank, after its flushes) or a single target
+		// may be released by its own notification.
+		x.before = append(x.before, x.after...)
+		x.after = x.after[:0]
+	}
 	if err := x.f.FlushRanks(x.before); err != nil {
 		return err
 	}
-	lazy := putTo != nil && x.lazyOK()
+	if gathered {
+		if len(x.rows) != x.f.Size() {
+			x.rows = make([]uint64, x.f.Size())
+		}
+		anyPut, err := x.gathered(base, putTo, x.after, x.rows)
+		if err != nil || !anyPut {
+			return err
+		}
+		return x.defer2(base|1<<stepShift, x.rows)
+	}
 	if lazy {
 		if err := x.sendMask(putTo); err != nil {
 			return err
@@ -148,7 +173,7 @@ func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 	}
 	if x.f.Size() < DisseminationMin {
 		if lazy {
-			return x.defer2(base | 1<<stepShift)
+			return x.defer2(base|1<<stepShift, nil)
 		}
 		_, err = x.barrier(base|1<<stepShift, control.NoteBarrier, false, nil)
 		return err

@@ -104,7 +104,10 @@ func (z *lazy) needs(a, t int) bool {
 // defer2 is round two, lazily: after round one (every rank's mask has
 // arrived), this rank tells each rank that needs it that its window is
 // complete, and records whose words it needs itself.
-func (x *Fence) defer2(tag uint32) error {
+//
+// rows, when not nil, holds every rank's put mask (a gathered round one);
+// otherwise they are read from the control words.
+func (x *Fence) defer2(tag uint32, rows []uint64) error {
 	f, me, n := x.f, x.f.Rank(), x.f.Size()
 	z := &x.lz
 	z.mu.Lock()
@@ -114,9 +117,13 @@ func (x *Fence) defer2(tag uint32) error {
 		z.wait = make([]bool, n)
 		z.ready = make([]bool, n)
 	}
-	f.SyncMemory()
-	for s := range n {
-		z.masks[s] = x.c.Load(maskWord(s, x.n))
+	if rows != nil {
+		copy(z.masks, rows)
+	} else {
+		f.SyncMemory()
+		for s := range n {
+			z.masks[s] = x.c.Load(maskWord(s, x.n))
+		}
 	}
 	nwait := 0
 	for i := 1; i < n; i++ {
