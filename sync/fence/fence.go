@@ -1,7 +1,8 @@
 // Package fence is the fence synchronization of rmago windows
 // (MPI_Win_fence): a round of notifications among all ranks (zero-length
 // RDMA writes with immediate data), each following the rank's puts down
-// the same queue pairs, and, when some rank put and the job has three
+// the same queue pairs (or, on crowded nodes, gathered through rank 0:
+// gather.go), and, when some rank put and the job has three
 // ranks or more, a second round that is a barrier only: all-to-all up to
 // DisseminationMin ranks, a dissemination barrier (ceil(log2 size) rounds
 // of one notification) from there. Between ranks on shm, on a window with
@@ -123,7 +124,9 @@ func (x *Fence) SyncTo(flush []int, putTo []bool) error {
 // lands: such a provider also delivers the target's later requests after
 // its answers to the reads (soft keeps them in order on the stream:
 // verbs/soft/held.go; rma's TestFenceGetLandsBeforeTargetReads). Reads
-// on other providers (a NIC's) complete before any notification.
+// on other providers (a NIC's) complete before any notification. A
+// target released by its own notification could write into another
+// target at once: all-to-all, only a single target is released so.
 func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 	if _, err := x.Settle(); err != nil {
 		return err
