@@ -61,6 +61,10 @@ test: fmt-check vet vet-ports lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 	RMAGO_PROVIDER=shm $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...
 	RMAGO_TEST_NODES=2 $(GO) test -race -count=1 -timeout 10m ./rma/... ./sync/...
+	# Both forms of the fence's first round, whichever this machine's
+	# cores would choose (RMAGO_FENCE, docs/sync-protocols.md).
+	RMAGO_FENCE=all $(GO) test -race -count=1 -timeout 10m ./rma/
+	RMAGO_FENCE=gather $(GO) test -race -count=1 -timeout 10m ./rma/
 	$(MAKE) fuzz
 
 test-rdma:
