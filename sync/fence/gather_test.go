@@ -45,10 +45,11 @@ func puts(iter, s, t, n int) bool {
 // it, the stamp it read, and, once Ready, the stamp a third rank put into
 // its right neighbour (round two, lazy). Under gather the ranks agree on
 // the gathered form unless a peer is reached at post (shm), where the
-// fence stays all-to-all.
+// fence stays all-to-all. From DisseminationMin ranks both run the flushes
+// and the dissemination barrier (flushBarrier).
 func TestFenceForms(t *testing.T) {
 	for _, form := range []string{"all", "gather"} {
-		for _, n := range []int{3, 4, 6} {
+		for _, n := range []int{3, 4, 6, DisseminationMin, DisseminationMin + 1} {
 			t.Run(fmt.Sprintf("%s/%d", form, n), func(t *testing.T) {
 				t.Setenv(config.EnvFence, form)
 				fenceForms(t, n, form)
