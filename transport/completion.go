@@ -320,6 +320,11 @@ func (f *Fabric) checkRank(r int) bool {
 		f.scanErr = *e
 		return false
 	}
+	if f.scan.ntags > 0 && f.scan.tags[0]>>28 == TagFence && !f.delivered(r) {
+		// It left before its note of a fence: a failure for the fence.
+		f.scanErr = f.leftMidFence(r, p, *e)
+		return false
+	}
 	if f.scanErr == nil && (f.scan.ntags == 0 || !f.delivered(r)) {
 		f.scanErr = *e
 	}

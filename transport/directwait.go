@@ -221,6 +221,9 @@ func (f *Fabric) directFailed(w *DirectWait) error {
 	}
 	for _, r := range w.Ranks {
 		if e := f.Err(r); e != nil && !w.Arrived(r) {
+			if p := f.peers[r].Load(); p != nil && errors.Is(e, ErrPeerGone) && w.Tag>>28 == TagFence {
+				e = f.leftMidFence(r, p, e) // as checkRank
+			}
 			return fmt.Errorf("%s: rank %d: %w", w.What, r, e)
 		}
 	}

@@ -31,12 +31,14 @@ import (
 // a rank given up by others cannot later report, once resumed, the ranks
 // that cut it off. Notices are never relayed, a notice from a rank already
 // known failed is ignored, and a departure in order (ErrPeerGone) is no
-// failure and sends none.
+// failure and sends none, unless it came in the middle of a fence, before
+// the note a fence wait of this rank needed (leftMidFence).
 
 // Layout of a failure notice's immediate data.
 const (
 	tagFailure     = 4       // the tag kind of a failure notice (kinds below TagUser are the transport's)
 	noticeTimedOut = 1 << 27 // the rank was given up after the timeout
+	noticeLeft     = 1 << 26 // the rank left in order in the middle of a fence (leftMidFence)
 	noticeRankMask = 1<<24 - 1
 )
 
@@ -81,6 +83,12 @@ func (f *Fabric) announce(r int, e error) {
 	if errors.Is(e, ErrTimeout) || errors.Is(e, verbs.ErrTimeout) {
 		imm |= noticeTimedOut
 	}
+	f.tell(r, imm)
+}
+
+// tell sends the failure notice imm about rank r to every other peer whose
+// connection is up, from a goroutine each; it returns at once.
+func (f *Fabric) tell(r int, imm uint32) {
 	for i := range f.peers {
 		q := f.peers[i].Load() // nil: not connected, nothing to tell it through
 		if q == nil || q.rank == f.rank || q.rank == r || q.err.Load() != nil {
@@ -116,6 +124,25 @@ func (f *Fabric) awaitNotices() {
 	}
 }
 
+// leftMidFence records that rank r, which left the job in order (gone,
+// its sticky error), did so before the note a fence's wait of this rank
+// needed from it: it left before the fence's end, so for the fence it
+// failed. A departure is no failure in general (a rank may leave once past
+// a barrier), so no notice told the others; the ranks whose fence waits
+// for a rank stuck on r, and not for r itself (a dissemination step, the
+// gathered form's wait for rank 0), would wait out the timeout and blame
+// that rank. Now r's sticky error here becomes a failure, and a notice
+// (noticeLeft) makes it one at the others, whose fence waits watch the
+// failed ranks and end at once naming r. f.mu held or not.
+func (f *Fabric) leftMidFence(r int, p *peer, gone error) error {
+	e := fmt.Errorf("%w: rank %d left the job in the middle of a fence, before its note (%v)", ErrPeer, r, gone)
+	p.err.Store(&e)
+	if r != f.rank && !f.closed.Load() {
+		f.tell(r, uint32(tagFailure)<<28|uint32(r)&noticeRankMask|noticeLeft)
+	}
+	return e
+}
+
 // isNotice reports whether a notification's immediate data is a failure
 // notice.
 func isNotice(imm uint32) bool { return imm>>28 == tagFailure }
@@ -132,15 +159,23 @@ func (f *Fabric) noticeArrived(from int, imm uint32) {
 		return
 	}
 	p := f.peers[r].Load()
-	if p == nil || p.err.Load() != nil {
+	if p == nil {
 		// Not connected yet: a wait for it connects (kick), and learns
 		// of its failure from the attempt.
 		return
 	}
+	if old := p.err.Load(); old != nil && (imm&noticeLeft == 0 || !errors.Is(*old, ErrPeerGone)) {
+		return // known already (a departure seen here becomes a failure below)
+	}
 	var e error
-	if imm&noticeTimedOut != 0 {
+	switch {
+	case imm&noticeLeft != 0:
+		e = fmt.Errorf("%w: rank %d failed (reported by rank %d: it left the job in the middle of a fence, before its note)", ErrPeer, r, from)
+		p.err.Store(&e)
+		return // its connection has ended already
+	case imm&noticeTimedOut != 0:
 		e = fmt.Errorf("%w: rank %d failed (reported by rank %d, which gave it up after no answer within its timeout: %w)", ErrPeer, r, from, ErrTimeout)
-	} else {
+	default:
 		e = fmt.Errorf("%w: rank %d failed (reported by rank %d, whose connection to it broke)", ErrPeer, r, from)
 	}
 	p.err.Store(&e)

@@ -1,12 +1,6 @@
 package fence
 
-import (
-	"errors"
-	"fmt"
-	"math/bits"
-
-	"github.com/rmago/rmago/transport"
-)
+import "math/bits"
 
 // A gathered round one (3 to DisseminationMin-1 ranks, SyncTo on a fence
 // with control words, no rank notified directly). All-to-all, every rank
@@ -46,9 +40,6 @@ const gatherBit = 1 << 11
 const (
 	rowBits  = 8
 	intoBits = 56
-	// abandoned marks the root's word of a fence it gave up, the rank
-	// whose note was missing in the low byte (abandon).
-	abandoned = 1 << 63
 )
 
 // gatherOK says whether this fence's round one is gathered.
@@ -117,14 +108,6 @@ func (x *Fence) gathered(base uint32, putTo []bool, first []int, rows []uint64) 
 	}
 	f.SyncMemory()
 	m := x.c.Load(maskWord(gatherRoot, x.n))
-	if m&abandoned != 0 {
-		d := int(m & (1<<rowBits - 1))
-		cause := f.Err(d)
-		if cause == nil { // not seen here yet
-			cause = transport.ErrPeerGone
-		}
-		return false, fmt.Errorf("fence: rank %d gave the fence up: rank %d left the job before its note: %w", gatherRoot, d, cause)
-	}
 	x.nranks = x.nranks[:0]
 	for into := m >> intoBits; into != 0; into &= into - 1 {
 		x.nranks = append(x.nranks, bits.TrailingZeros64(into))
@@ -148,7 +131,6 @@ func (x *Fence) gatherAtRoot(base uint32, puts uint64, first []int, rows []uint6
 		return false, err
 	}
 	if _, err := f.AwaitNotesEitherGrace(base, base|putBit, n-1, x.othersFnOnce(), f.NoticeGrace()/2); err != nil {
-		x.abandon(base, err)
 		return false, err
 	}
 	f.SyncMemory()
@@ -177,39 +159,6 @@ func (x *Fence) gatherAtRoot(base uint32, puts uint64, first []int, rows []uint6
 		}
 	}
 	return matrix != 0, nil
-}
-
-// abandon tells the ranks still waiting for the root's note, once the
-// root's own wait failed on a rank that left the job (in order: no failure
-// notice names it), which rank that was: they would otherwise wait out the
-// timeout and blame the root. Best effort: a rank it cannot reach learns
-// of the root's failure by itself.
-func (x *Fence) abandon(base uint32, err error) {
-	f := x.f
-	if !errors.Is(err, transport.ErrPeerGone) {
-		return // a failure: its notice reaches them (transport's propagate.go)
-	}
-	d := -1
-	for _, r := range x.othersList() {
-		if f.Err(r) != nil && !f.HasEitherNote(base, base|putBit, r) {
-			d = r
-			break
-		}
-	}
-	if d < 0 {
-		return
-	}
-	for _, j := range x.othersList() {
-		if f.Err(j) != nil {
-			continue
-		}
-		w := maskWord(j, x.n)
-		x.c.Store(w, abandoned|uint64(d))
-		if _, err := f.Write(j, x.c.LocalAt(w), x.c.RemoteAt(j, maskWord(gatherRoot, x.n)), 8); err != nil {
-			continue
-		}
-		_ = f.Notify(j, base|gatherBit) // best effort, as above
-	}
 }
 
 func (x *Fence) inFirst(r int, first []int) bool {

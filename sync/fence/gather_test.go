@@ -129,21 +129,28 @@ func fenceForms(t *testing.T, n int, form string) {
 func own(iter int) int { return 2048 + 8*(iter%2) }
 
 // TestGatheredDeadPeer: a rank that closes its fabric instead of entering
-// a gathered fence, the root or another, ends every survivor's fence with
-// an error (ErrPeer or ErrTimeout) that names it, not a hang: the root
-// tells the ranks waiting for it which rank left (abandon).
+// a gathered fence (on a network provider; on shm the fence is
+// all-to-all), the root or another, ends every survivor's fence with an
+// error (ErrPeer or ErrTimeout) that names it, not a hang: the root tells
+// the ranks waiting for it which rank left (transport's leftMidFence).
 func TestGatheredDeadPeer(t *testing.T) {
-	if os.Getenv("RMAGO_PROVIDER") == "shm" || os.Getenv("RMAGO_TEST_NODES") != "" {
-		t.Skip("the gathered form runs between ranks that reach one another over the network")
-	}
 	t.Setenv(config.EnvFence, "gather")
 	for _, dead := range []int{0, 2} {
-		t.Run(fmt.Sprintf("rank%d", dead), func(t *testing.T) { gatheredDeadPeer(t, dead) })
+		t.Run(fmt.Sprintf("rank%d", dead), func(t *testing.T) { deadPeerNamed(t, 4, dead) })
 	}
 }
 
-func gatheredDeadPeer(t *testing.T, dead int) {
-	const n = 4
+// TestFlushBarrierDeadPeer is TestGatheredDeadPeer from DisseminationMin
+// ranks (flushBarrier): the rank waiting for the dead one's note tells the
+// others (transport's leftMidFence), whose steps wait for ranks stuck on
+// it; on shm too (direct notes).
+func TestFlushBarrierDeadPeer(t *testing.T) {
+	for _, dead := range []int{0, 5} {
+		t.Run(fmt.Sprintf("rank%d", dead), func(t *testing.T) { deadPeerNamed(t, DisseminationMin, dead) })
+	}
+}
+
+func deadPeerNamed(t *testing.T, n, dead int) {
 	const timeout = 2 * time.Second
 	var survivors sync.WaitGroup
 	survivors.Add(n - 1)
