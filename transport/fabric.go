@@ -135,6 +135,8 @@ type Fabric struct {
 	shareCores, engines bool
 	// gatherFences: the job's fences gather their first round (GatherFences).
 	gatherFences bool
+	// directAnywhere: some rank reaches a peer at post (DirectNotesAnywhere).
+	directAnywhere bool
 	// procs is GOMAXPROCS at Open: the spinning waits' yields to
 	// goroutines are paced by it (spin.Yielder).
 	procs int

@@ -35,7 +35,16 @@ func (f *Fabric) decideFence(hellos []hello) {
 		atPost = atPost || h.AtPost
 	}
 	f.gatherFences = !atPost && !all && (gather || crowd)
+	f.directAnywhere = atPost
 }
+
+// DirectNotesAnywhere reports whether some rank of the job reaches a peer
+// through a provider that completes at post (shm), whose fence notes are
+// then direct stores (sync/fence's direct.go): the same answer on every
+// rank, decided in Open. From 8 ranks such a job keeps the fence's round
+// one: a rank learns that a node-local peer left only through a queue
+// pair to it, which a barrier's direct notes never open.
+func (f *Fabric) DirectNotesAnywhere() bool { return f.directAnywhere }
 
 // GatherFences reports whether the job's fences gather their first round
 // through rank 0 (sync/fence's gather.go) rather than run it all-to-all:
