@@ -116,18 +116,23 @@ func disseminationDeadPeer(t *testing.T, words bool) {
 		}
 		defer func() { survivors.Done(); survivors.Wait() }()
 		start := time.Now()
-		err := x.Sync(nil, false)
-		if err == nil {
-			return errors.New("fence succeeded with a rank gone")
-		}
-		if !errors.Is(err, transport.ErrPeer) && !errors.Is(err, transport.ErrTimeout) {
-			return fmt.Errorf("unexpected error %v", err)
-		}
-		if took := time.Since(start); took > timeout+30*time.Second {
-			return fmt.Errorf("gave up after %v (timeout %v)", took, timeout)
-		}
-		return nil
+		return survivorErr(x.Sync(nil, false), start, timeout)
 	})
+}
+
+// survivorErr checks the error of a survivor's fence with a rank gone: an
+// error, of class ErrPeer or ErrTimeout, not long after the timeout.
+func survivorErr(err error, start time.Time, timeout time.Duration) error {
+	if err == nil {
+		return errors.New("fence succeeded with a rank gone")
+	}
+	if !errors.Is(err, transport.ErrPeer) && !errors.Is(err, transport.ErrTimeout) {
+		return fmt.Errorf("unexpected error %v", err)
+	}
+	if took := time.Since(start); took > timeout+30*time.Second {
+		return fmt.Errorf("gave up after %v (timeout %v)", took, timeout)
+	}
+	return nil
 }
 
 // TestStepGrace: the graces of a dissemination's steps grow with the step
