@@ -213,10 +213,15 @@ func (x *Fence) flushBarrier(base uint32, putTo []bool) error {
 			x.before = append(x.before, r)
 		}
 	}
-	if err := x.f.FlushRanks(x.before); err != nil {
+	// A flush that fails (its rank failed or left) does not stop this
+	// rank before the barrier: the ranks waiting for its notes would wait
+	// out the timeout and name it. The barrier fails where it must, and
+	// this rank's error is the flush's.
+	ferr := x.f.FlushRanks(x.before)
+	if err := x.disseminate(base); ferr == nil {
 		return err
 	}
-	return x.disseminate(base)
+	return ferr
 }
 
 // disseminate is a barrier in ceil(log2 size) steps: at step k (d = 2^k)

@@ -1,6 +1,9 @@
 package fence
 
-import "math/bits"
+import (
+	"cmp"
+	"math/bits"
+)
 
 // A gathered round one (3 to DisseminationMin-1 ranks, SyncTo on a fence
 // with control words, no rank notified directly). All-to-all, every rank
@@ -78,33 +81,30 @@ func (x *Fence) gathered(base uint32, putTo []bool, first []int, rows []uint64) 
 	}
 	// The notes to the ranks read from, signalled: their completion is the
 	// reads' (as barrier's first).
+	// A rank this rank cannot reach (it failed or left) does not stop it
+	// before its other notes: the ranks waiting for them would wait out
+	// the timeout and name this rank. The fence's error is the first.
+	var ferr error
 	rootDone := false
 	for _, r := range first {
 		if _, err := f.NotifySignaled(r, tagTo(r)); err != nil {
-			return false, err
+			ferr = cmp.Or(ferr, err)
 		}
 		rootDone = rootDone || r == gatherRoot
 	}
-	if err := f.FlushRanks(first); err != nil {
-		return false, err
-	}
+	ferr = cmp.Or(ferr, f.FlushRanks(first))
 	if !rootDone {
-		if err := f.Notify(gatherRoot, tagTo(gatherRoot)); err != nil {
-			return false, err
-		}
+		ferr = cmp.Or(ferr, f.Notify(gatherRoot, tagTo(gatherRoot)))
 	}
 	for m := notes; m != 0; m &= m - 1 {
 		r := bits.TrailingZeros64(m)
-		if x.inFirst(r, first) {
-			continue
-		}
-		if err := f.Notify(r, tagTo(r)); err != nil {
-			return false, err
+		if !x.inFirst(r, first) {
+			ferr = cmp.Or(ferr, f.Notify(r, tagTo(r)))
 		}
 	}
 	x.from = gatherRoot
 	if err := f.AwaitNotesGrace(base|gatherBit, 1, x.fromFn, f.NoticeGrace()); err != nil {
-		return false, err
+		return false, cmp.Or(ferr, err)
 	}
 	f.SyncMemory()
 	m := x.c.Load(maskWord(gatherRoot, x.n))
@@ -114,24 +114,22 @@ func (x *Fence) gathered(base uint32, putTo []bool, first []int, rows []uint64) 
 	}
 	if len(x.nranks) > 0 {
 		if _, err := f.AwaitNotesEitherFrom(base, base|putBit, len(x.nranks), x.nranksFn); err != nil {
-			return false, err
+			return false, cmp.Or(ferr, err)
 		}
 	}
 	for s := range rows {
 		rows[s] = m >> (rowBits * s) & (1<<rowBits - 1)
 	}
-	return m&(1<<intoBits-1) != 0, nil
+	return m&(1<<intoBits-1) != 0, ferr
 }
 
 // gatherAtRoot is gathered at the root: its reads and atomics completed,
 // it waits for every rank's masks and sends each rank its word.
 func (x *Fence) gatherAtRoot(base uint32, puts uint64, first []int, rows []uint64) (bool, error) {
 	f, n := x.f, x.f.Size()
-	if err := f.FlushRanks(first); err != nil {
-		return false, err
-	}
+	ferr := f.FlushRanks(first) // as in gathered: the others still get their words
 	if _, err := f.AwaitNotesEitherGrace(base, base|putBit, n-1, x.othersFnOnce(), f.NoticeGrace()/2); err != nil {
-		return false, err
+		return false, cmp.Or(ferr, err)
 	}
 	f.SyncMemory()
 	var matrix uint64
@@ -151,14 +149,17 @@ func (x *Fence) gatherAtRoot(base uint32, puts uint64, first []int, rows []uint6
 		// next, which needs this note, and the note follows this write.
 		w := maskWord(j, x.n)
 		x.c.Store(w, matrix|into[j]<<intoBits)
+		// A rank that cannot be reached does not keep the others from
+		// their words.
 		if _, err := f.Write(j, x.c.LocalAt(w), x.c.RemoteAt(j, maskWord(gatherRoot, x.n)), 8); err != nil {
-			return false, err
+			ferr = cmp.Or(ferr, err)
+			continue
 		}
 		if err := f.Notify(j, base|gatherBit); err != nil {
-			return false, err
+			ferr = cmp.Or(ferr, err)
 		}
 	}
-	return matrix != 0, nil
+	return matrix != 0, ferr
 }
 
 func (x *Fence) inFirst(r int, first []int) bool {
