@@ -16,6 +16,7 @@
 package fence
 
 import (
+	"cmp"
 	"errors"
 	"math/bits"
 	"slices"
@@ -170,12 +171,15 @@ func (x *Fence) run(flush []int, put bool, putTo []bool) error {
 		}
 		return x.defer2(base|1<<stepShift, x.rows)
 	}
+	var merr error
 	if lazy {
-		if err := x.sendMask(putTo); err != nil {
-			return err
-		}
+		// A mask that cannot be written still lets the notes go (barrier).
+		merr = x.sendMask(putTo)
 	}
 	anyPut, err := x.barrier(base, control.NoteFence, put, x.after)
+	if merr != nil {
+		return merr
+	}
 	if err != nil || !anyPut || x.f.Size() <= 2 {
 		return err
 	}
@@ -325,6 +329,10 @@ func (x *Fence) barrier(tag uint32, kind int, put bool, first []int) (bool, erro
 			return false, err
 		}
 	}
+	// A rank this rank cannot reach (it failed or left) does not keep the
+	// others from their notes: they would wait out the timeout and name
+	// this rank. The round then ends with the first error, unawaited.
+	var serr error
 	for i := 1; i < f.Size(); i++ {
 		r := (f.Rank() + i) % f.Size()
 		if len(first) > 0 && x.sent[r] {
@@ -344,10 +352,10 @@ func (x *Fence) barrier(tag uint32, kind int, put bool, first []int) (bool, erro
 		default:
 			err = f.Notify(r, mine)
 		}
-		if err != nil {
-			clear(x.sent)
-			return false, err
-		}
+		serr = cmp.Or(serr, err)
+	}
+	if serr != nil {
+		return false, serr
 	}
 	x.dranks, x.nranks = x.dranks[:0], x.nranks[:0]
 	for _, r := range x.othersList() {

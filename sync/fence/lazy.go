@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"cmp"
 	"sync"
 	"sync/atomic"
 
@@ -81,13 +82,14 @@ func (x *Fence) sendMask(putTo []bool) error {
 	}
 	w := maskWord(me, x.n)
 	x.c.Store(w, mask)
+	var err error
 	for i := 1; i < f.Size(); i++ {
 		r := (me + i) % f.Size()
-		if _, err := f.Write(r, x.c.LocalAt(w), x.c.RemoteAt(r, w), 8); err != nil {
-			return err
+		if _, werr := f.Write(r, x.c.LocalAt(w), x.c.RemoteAt(r, w), 8); werr != nil {
+			err = cmp.Or(err, werr) // the others still get theirs
 		}
 	}
-	return nil
+	return err
 }
 
 // needs reports whether rank a needs rank t's round-two note: a third
