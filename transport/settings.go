@@ -84,6 +84,7 @@ func providerConfig(b Bootstrap, s config.Settings, timeout time.Duration, ranks
 		cfg.Spin = -1 // never poll
 	}
 	cfg.ShmNoCMA = !s.ShmCMA
+	cfg.TCPCongestion = s.TCPCongestion
 	switch {
 	case !s.ShmSpinSet:
 		cfg.ShmSpin = 0 // the provider's default for the node (ShareCores)

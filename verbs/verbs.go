@@ -274,6 +274,12 @@ type Config struct {
 	// polling after the last frame it ran before it sleeps. 0: the
 	// provider's default; negative: never poll.
 	Spin time.Duration
+	// TCPCongestion (soft provider) is the TCP congestion control its
+	// connections use: "" the provider's default (verbs/soft's
+	// DefaultCongestion where the host lets it be set, else the host's),
+	// "system" the host's default, or an algorithm's name, which Open
+	// checks.
+	TCPCongestion string
 	// SpinPolls (ibv provider) fixes how many times CQ.Wait polls before
 	// it sleeps on the completion channel. 0: each CQ adapts it;
 	// negative: sleep at once.

@@ -42,6 +42,9 @@ const (
 	// that is not shared (created windows) with cross-memory attach
 	// (process_vm_readv/writev) or through its owner.
 	EnvShmCMA = "RMAGO_SHM_CMA"
+	// EnvTCPCongestion is the TCP congestion control of the soft
+	// provider's connections.
+	EnvTCPCongestion = "RMAGO_TCP_CONGESTION"
 	// EnvIBVSpin fixes how many times the ibv provider polls before it sleeps.
 	EnvIBVSpin = "RMAGO_IBV_SPIN"
 	// EnvPMI selects the PMI wire under a PMI launcher.
@@ -88,6 +91,9 @@ type Settings struct {
 	IBVSpin  int           // RMAGO_IBV_SPIN: polls, or AdaptiveSpin
 	PMI      int           // RMAGO_PMI: 1 or 2
 	Fence    string        // RMAGO_FENCE: auto, all or gather
+	// TCPCongestion is RMAGO_TCP_CONGESTION: "" for the provider's
+	// default, "system" or an algorithm's name.
+	TCPCongestion string
 
 	// SoftSpinSet: RMAGO_SOFT_SPIN was given. Unset, a node with more
 	// ranks than cores does not poll (transport).
@@ -183,6 +189,11 @@ func (s *Settings) Set(name, value string) error {
 			return bad(name, value)
 		}
 		s.ShmCMA = value == "on"
+	case EnvTCPCongestion:
+		if !congestionName(value) {
+			return bad(name, value)
+		}
+		s.TCPCongestion = value
 	case EnvIBVSpin:
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 0 {
@@ -200,6 +211,21 @@ func (s *Settings) Set(name, value string) error {
 		return fmt.Errorf("%w: %s is not a setting (docs/config.md lists them)", ErrConfig, name)
 	}
 	return nil
+}
+
+// congestionName reports whether value can name a Linux TCP congestion
+// control algorithm: 1-15 lower-case letters, digits, '_' or '-' (whether
+// the host offers it, the soft provider checks when it opens).
+func congestionName(value string) bool {
+	if len(value) == 0 || len(value) > 15 {
+		return false
+	}
+	for _, r := range value {
+		if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Providers are the accepted values of RMAGO_PROVIDER.

@@ -45,11 +45,12 @@ func TestConfigValues(t *testing.T) {
 	s, err := config.Load(env(
 		"RMAGO_PROVIDER", "soft", "RMAGO_DEVICE", "mlx5_1", "RMAGO_NETDEV", "eth2",
 		"RMAGO_TIMEOUT", "0", "RMAGO_CONNECT", "eager", "RMAGO_SOFT_SPIN", "0",
-		"RMAGO_IBV_SPIN", "0", "RMAGO_PMI", "2", "RMAGO_NODE", "a", "RMAGO_FENCE", "gather"))
+		"RMAGO_IBV_SPIN", "0", "RMAGO_PMI", "2", "RMAGO_NODE", "a", "RMAGO_FENCE", "gather",
+		"RMAGO_TCP_CONGESTION", "system"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, SoftSpinSet: true, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: 0, PMI: 2, Fence: "gather"}
+	want := config.Settings{Provider: "soft", Device: "mlx5_1", NetDev: "eth2", Timeout: 0, Connect: "eager", SoftSpin: 0, SoftSpinSet: true, ShmSpin: time.Millisecond, ShmCMA: true, IBVSpin: 0, PMI: 2, Fence: "gather", TCPCongestion: "system"}
 	if s != want {
 		t.Fatalf("got %+v, want %+v", s, want)
 	}
@@ -79,6 +80,9 @@ func TestConfigBadValues(t *testing.T) {
 		{"RMAGO_SOFT_SPIN", "10", "a Go duration >= 0"},
 		{"RMAGO_IBV_SPIN", "-1", "an integer >= 0"},
 		{"RMAGO_IBV_SPIN", "lots", "an integer >= 0"},
+		{"RMAGO_TCP_CONGESTION", "Reno", "reno, system"},
+		{"RMAGO_TCP_CONGESTION", "reno bbr", "reno, system"},
+		{"RMAGO_TCP_CONGESTION", "sixteen_letters_", "reno, system"},
 		{"RMAGO_PMI", "3", "1 or 2"},
 		{"RMAGO_PMI", "x", "1 or 2"},
 	}

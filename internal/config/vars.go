@@ -57,6 +57,8 @@ var Vars = []Var{
 		"a Go duration >= 0 such as 50us; 0: sleep at once", "1ms (on a node with more ranks than cores, yielding the core to other processes between polls)", "transport (Open) via verbs.Config.ShmSpin"},
 	{EnvShmCMA, Setting, "whether the shm provider reaches node-local memory that is not shared (created windows) with cross-memory attach (process_vm_readv/writev), or through its owner's socket (as when the kernel refuses it)",
 		"on or off", "on", "transport (Open) via verbs.Config.ShmNoCMA"},
+	{EnvTCPCongestion, Setting, "the TCP congestion control of the soft provider's connections (bursts of up to megabytes between idle round trips, on a low-latency network)",
+		"reno, system (the host's net.ipv4.tcp_congestion_control) or another algorithm the host offers (without privileges: net.ipv4.tcp_allowed_congestion_control)", "reno, where the host lets it be set; the host's default otherwise", "transport (Open) via verbs.Config.TCPCongestion"},
 	{EnvIBVSpin, Setting, "polls of the ibv provider's CQ wait before it sleeps on the completion channel",
 		"an integer >= 0; 0: sleep at once", "adaptive, 32 to 256", "transport (Open) via verbs.Config.SpinPolls"},
 	{EnvPMI, Setting, "PMI wire under a PMI launcher (mpiexec, srun --mpi=pmi2)",

@@ -112,7 +112,7 @@ func (q *qp) attach(conn net.Conn, peerDepth int, remote verbs.Endpoint) error {
 }
 
 func (q *qp) dial(remote verbs.Endpoint) (net.Conn, int, error) {
-	conn, err := dialTCP(remote.Addr, ConnectTimeout)
+	conn, err := q.ctx.dialTCP(remote.Addr, ConnectTimeout)
 	if err != nil {
 		return nil, 0, fmt.Errorf("soft: connect to %s: %w", remote.Addr, err)
 	}
@@ -224,8 +224,10 @@ func (q *qp) goodbye(f *frame) {
 // host for a moment (no route, network unreachable: an ARP entry not yet
 // resolved, a link coming back) is tried again, with growing pauses, until
 // the bound; any other error, such as a refused connection (nothing
-// listens there: the peer is gone), is returned at once.
-func dialTCP(addr string, bound time.Duration) (net.Conn, error) {
+// listens there: the peer is gone), is returned at once. The socket gets
+// c's congestion control before it connects.
+func (c *device) dialTCP(addr string, bound time.Duration) (net.Conn, error) {
+	d := net.Dialer{Control: congestionControl(c.congestion)}
 	deadline := time.Now().Add(bound)
 	pause := 10 * time.Millisecond
 	for {
@@ -233,7 +235,8 @@ func dialTCP(addr string, bound time.Duration) (net.Conn, error) {
 		if left <= 0 {
 			left = time.Millisecond
 		}
-		conn, err := net.DialTimeout("tcp", addr, left)
+		d.Timeout = left
+		conn, err := d.Dial("tcp", addr)
 		if err == nil || !transientDialErr(err) || time.Now().Add(pause).After(deadline) {
 			return conn, err
 		}

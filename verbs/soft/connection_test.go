@@ -17,13 +17,13 @@ func TestDialTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	conn, err := dialTCP(addr, time.Second)
+	conn, err := (&device{}).dialTCP(addr, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn.Close()
 	ln.Close()
-	if _, err := dialTCP(addr, time.Minute); !errors.Is(err, syscall.ECONNREFUSED) {
+	if _, err := (&device{}).dialTCP(addr, time.Minute); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("dial of a closed port: %v", err)
 	}
 	for _, c := range []struct {

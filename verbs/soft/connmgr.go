@@ -204,7 +204,7 @@ func (c *device) Dial(qv verbs.QP, remote verbs.Endpoint, private uint64) error 
 // remote and reads the acceptor's answer.
 func (q *qp) dialOnDemand(remote verbs.Endpoint, private uint64) (net.Conn, int, uint32, error) {
 	bound := q.ctx.connectTimeout()
-	conn, err := dialTCP(remote.Addr, bound)
+	conn, err := q.ctx.dialTCP(remote.Addr, bound)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("soft: connect to %s: %w", remote.Addr, err)
 	}

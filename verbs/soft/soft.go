@@ -20,6 +20,7 @@
 package soft
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -107,7 +108,12 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("%w: timeout %v", verbs.ErrInvalid, cfg.Timeout)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	congestion, err := congestionOf(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lc := net.ListenConfig{Control: congestionControl(congestion)}
+	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		return nil, fmt.Errorf("soft: listen on %s: %w", addr, err)
 	}
@@ -118,6 +124,7 @@ func (provider) Open(devName string, cfg verbs.Config) (verbs.Context, error) {
 		waiting: map[uint32]net.Conn{},
 		timeout: cfg.Timeout,
 
+		congestion:  congestion,
 		corkDelay:   corkDelay,
 		answerDelay: corkAtomicDelay,
 	}
@@ -145,6 +152,9 @@ type device struct {
 	// peer stopped sending halfway, and the wait of Dereg for requests the
 	// peer does not answer (verbs.Config.Timeout; 0: none).
 	timeout time.Duration
+	// congestion is the TCP congestion control of the device's
+	// connections ("": the host's default; congestion.go).
+	congestion string
 	// corkDelay bounds how long a small request waits in a queue pair's
 	// cork (coalesce.go).
 	corkDelay time.Duration

@@ -23,7 +23,7 @@ func envConfig() (verbs.Config, error) {
 	if spin == 0 {
 		spin = -1 // never poll
 	}
-	return verbs.Config{Secret: secret, Spin: spin}, err
+	return verbs.Config{Secret: secret, Spin: spin, TCPCongestion: s.TCPCongestion}, err
 }
 
 // side is one end of a connected pair: its own context, region and queues.
