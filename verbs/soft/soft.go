@@ -13,7 +13,8 @@
 // RC queue pair goes to the error state.
 //
 // Connections are authenticated with the job's secret (internal/auth) before
-// any request is served. Wire format, progress and faults:
+// any request is served, and run the TCP congestion control
+// verbs.Config.TCPCongestion names (Reno by default: congestion.go). Wire format, progress and faults:
 // docs/architecture.md. Import the package for its side effect:
 //
 //	import _ "github.com/rmago/rmago/verbs/soft"
