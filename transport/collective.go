@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 )
@@ -44,19 +45,19 @@ func (f *Fabric) TagBarrier(tag uint32) error {
 // by then, and nothing would answer it. A peer that left meanwhile
 // (ErrPeerGone) had this rank's notification, since it left the barrier.
 func (f *Fabric) LeaveBarrier() error {
-	f.barSeq++
-	tag := MakeTag(TagWorld, 0, f.barSeq)
+	tag := uint32(leaveTag)
 	seqs := make([]uint64, f.size)
+	var nerr error
 	for i := 1; i < f.size; i++ {
+		// A rank that cannot be notified (it failed) does not keep the
+		// others from their notes: they would wait out the timeout.
 		r := (f.rank + i) % f.size
 		seq, err := f.NotifySignaled(r, tag)
-		if err != nil {
-			return err
-		}
+		nerr = cmp.Or(nerr, err)
 		seqs[r] = seq
 	}
 	if err := f.AwaitNotes(tag, f.size-1, f.othersFn); err != nil {
-		return err
+		return cmp.Or(nerr, err)
 	}
 	var errs []error
 	for r, seq := range seqs {
@@ -67,7 +68,7 @@ func (f *Fabric) LeaveBarrier() error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return cmp.Or(nerr, errors.Join(errs...))
 }
 
 func (f *Fabric) others(yield func(int) bool) {

@@ -314,6 +314,12 @@ func (f *Fabric) checkRank(r int) bool {
 	}
 	e := p.err.Load()
 	if e == nil {
+		// It called Close before its note (leaving.go)? Named after the
+		// scan if no rank failed, and of such ranks the first that left.
+		if o := f.left(r, f.scan.ntags > 0 && isLeave(f.scan.tags[0])); o != 0 && !f.delivered(r) &&
+			(f.scanLeft < 0 || o < f.leaving[f.scanLeft].Load()) {
+			f.scanLeft = r
+		}
 		return true
 	}
 	if !errors.Is(*e, ErrPeerGone) {
@@ -354,9 +360,12 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 			// reaches the completion queue after everything the rank sent
 			// before it, so its notification, if it sent one, has been
 			// counted by now.
-			f.scanErr = nil
+			f.scanErr, f.scanLeft = nil, -1
 			f.scan = op
 			from(f.checkFn)
+			if f.scanErr == nil && f.scanLeft >= 0 {
+				f.scanErr = f.leftWait(f.scanLeft, op.ntags > 0 && op.tags[0]>>28 == TagFence)
+			}
 			if err := f.scanErr; err != nil {
 				f.scanErr = nil
 				return fmt.Errorf("%s: %w", op.what, err)
@@ -440,6 +449,9 @@ func (f *Fabric) dispatch(c *pctx, wcs []verbs.WC) {
 			if isNotice(wc.Imm) {
 				f.noticeArrived(p.rank, wc.Imm)
 			} else {
+				if isLeave(wc.Imm) {
+					f.leaveArrived(p.rank)
+				}
 				f.noteArrived(wc.Imm, p.rank)
 			}
 			qp := p.qp

@@ -232,5 +232,8 @@ func (f *Fabric) directFailed(w *DirectWait) error {
 			return fmt.Errorf("%s: rank %d failed: %w", w.What, r, e)
 		}
 	}
+	if r := f.firstLeft(w.Ranks, false, w.Arrived); r >= 0 {
+		return fmt.Errorf("%s: %w", w.What, f.leftWait(r, w.Tag>>28 == TagFence))
+	}
 	return nil
 }

@@ -150,7 +150,11 @@ type Fabric struct {
 	// endpoint on it); kicked the ranks a wait started connecting.
 	connMu sync.Mutex
 	kicked []bool // under mu
-	conns  connStats
+	// leaving: per rank, 0, or the order in which its leave barrier note
+	// came among the others' (leaving.go); leaves counts them (under mu).
+	leaving []atomic.Uint32
+	leaves  uint32
+	conns   connStats
 
 	// Progress: one goroutine polls at a time; others wait on cond.
 	mu      sync.Mutex
@@ -169,6 +173,7 @@ type Fabric struct {
 	othersFn     func(yield func(int) bool) // f.others, bound once
 	checkFn      func(r int) bool           // f.checkRank, bound once
 	scanErr      error                      // checkRank's finding; under mu
+	scanLeft     int                        // checkRank: the rank that called Close first of those missed, or -1; under mu
 	scan         waitOp                     // the wait checkRank checks for; under mu
 	noticesOut   atomic.Int32               // failure notices being sent (propagate.go)
 }
@@ -239,6 +244,7 @@ func Open(b Bootstrap, opt Options) (*Fabric, error) {
 	}
 	f.hookBlocker()
 	f.kicked = make([]bool, f.size)
+	f.leaving = make([]atomic.Uint32, f.size)
 	for r := range f.peers {
 		c := f.ctxs[f.via[r]]
 		if c.cm != nil && r != f.rank {

@@ -274,6 +274,9 @@ func (f *Fabric) pollNoteEach(tag uint32, ranks []int, ready func() bool, failed
 				return fmt.Errorf("notification wait: rank %d: %w", r, e)
 			}
 		}
+		if r := f.firstLeft(ranks, isLeave(tag), func(r int) bool { return f.HasNote(tag, r) }); r >= 0 {
+			return fmt.Errorf("notification wait: %w", f.leftWait(r, tag>>28 == TagFence))
+		}
 		if w.Pause() {
 			continue
 		}
