@@ -256,6 +256,10 @@ func (t *trial) wait(deadline time.Time, cond func() bool) bool {
 	}
 }
 
+// faultLineGrace bounds how long inject waits for the faulty rank's fault
+// line once another rank reported an error or ended.
+const faultLineGrace = 2 * time.Second
+
 // inject waits for the faulty rank's fault point and makes the fault.
 func (t *trial) inject() {
 	sp, f := t.sp, t.sp.scen.fault
@@ -276,6 +280,17 @@ func (t *trial) inject() {
 			return erred || p.exited()
 		})
 	})
+	if reached && point.Kind == "" {
+		// Another rank's error can come in before the fault line that
+		// preceded it (each rank's output is read on its own): a close
+		// fault's peers learn of it at once. Give that line a moment; the
+		// judge orders events by their own times.
+		t.wait(time.Now().Add(faultLineGrace), func() bool {
+			var ok bool
+			point, ok = d.event(faults.EvFault)
+			return ok || d.exited()
+		})
+	}
 	if !reached || point.Kind == "" {
 		t.setup = "no fault point: " + t.early()
 		return
