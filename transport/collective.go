@@ -44,7 +44,13 @@ func (f *Fabric) TagBarrier(tag uint32) error {
 // A flush posted after the barrier would not do: the peer may have left
 // by then, and nothing would answer it. A peer that left meanwhile
 // (ErrPeerGone) had this rank's notification, since it left the barrier.
+//
+// The failure notices this rank is sending go out first: the leave note
+// must come after them on each queue pair, so that a rank that learns of
+// this one's leaving knows already of the failure it left on, and names
+// that rank, not this one (leaving.go).
 func (f *Fabric) LeaveBarrier() error {
+	f.awaitNotices()
 	tag := uint32(leaveTag)
 	seqs := make([]uint64, f.size)
 	var nerr error

@@ -303,7 +303,8 @@ func (f *Fabric) doneAtFirstLook(cond func() bool) bool {
 // arrived, as the peers it failed on may never notify (it stops there);
 // a rank that left in order (ErrPeerGone) ends it only if its notification
 // has not arrived, and is named only if no rank failed, since ranks may
-// leave because of another's failure. A rank not connected yet is
+// leave because of another's failure (in a fence, where such a rank counts
+// as failed, too: f.scanGone). A rank not connected yet is
 // connected in the background (kick), so that a wait for a rank that
 // failed before it ever reached this one fails at once too. f.mu held.
 func (f *Fabric) checkRank(r int) bool {
@@ -327,9 +328,12 @@ func (f *Fabric) checkRank(r int) bool {
 		return false
 	}
 	if f.scan.ntags > 0 && f.scan.tags[0]>>28 == TagFence && !f.delivered(r) {
-		// It left before its note of a fence: a failure for the fence.
-		f.scanErr = f.leftMidFence(r, p, *e)
-		return false
+		// It left before its note of a fence: a failure for the fence,
+		// named after the scan if no rank failed (it may have left on one).
+		if f.scanGone < 0 {
+			f.scanGone = r
+		}
+		return true
 	}
 	if f.scanErr == nil && (f.scan.ntags == 0 || !f.delivered(r)) {
 		f.scanErr = *e
@@ -360,10 +364,15 @@ func (f *Fabric) waitUntil(cond func() bool, op waitOp, deadline time.Time, from
 			// reaches the completion queue after everything the rank sent
 			// before it, so its notification, if it sent one, has been
 			// counted by now.
-			f.scanErr, f.scanLeft = nil, -1
+			f.scanErr, f.scanGone, f.scanLeft = nil, -1, -1
 			f.scan = op
 			from(f.checkFn)
-			if f.scanErr == nil && f.scanLeft >= 0 {
+			switch {
+			case f.scanErr != nil:
+			case f.scanGone >= 0:
+				p := f.peers[f.scanGone].Load()
+				f.scanErr = f.leftMidFence(f.scanGone, p, *p.err.Load())
+			case f.scanLeft >= 0:
 				f.scanErr = f.leftWait(f.scanLeft, op.ntags > 0 && op.tags[0]>>28 == TagFence)
 			}
 			if err := f.scanErr; err != nil {

@@ -219,18 +219,30 @@ func (f *Fabric) directFailed(w *DirectWait) error {
 	if f.closed.Load() {
 		return ErrClosed
 	}
+	// As checkRank: a failed rank is named before one that left, since
+	// ranks leave because of another's failure.
+	gone := -1
 	for _, r := range w.Ranks {
 		if e := f.Err(r); e != nil && !w.Arrived(r) {
-			if p := f.peers[r].Load(); p != nil && errors.Is(e, ErrPeerGone) && w.Tag>>28 == TagFence {
-				e = f.leftMidFence(r, p, e) // as checkRank
+			if !errors.Is(e, ErrPeerGone) {
+				return fmt.Errorf("%s: rank %d: %w", w.What, r, e)
 			}
-			return fmt.Errorf("%s: rank %d: %w", w.What, r, e)
+			if gone < 0 {
+				gone = r
+			}
 		}
 	}
 	for _, r := range w.Watch {
 		if e := f.Err(r); e != nil && !errors.Is(e, ErrPeerGone) {
 			return fmt.Errorf("%s: rank %d failed: %w", w.What, r, e)
 		}
+	}
+	if gone >= 0 {
+		e := f.Err(gone)
+		if p := f.peers[gone].Load(); p != nil && w.Tag>>28 == TagFence {
+			e = f.leftMidFence(gone, p, e) // it left before its note of a fence
+		}
+		return fmt.Errorf("%s: rank %d: %w", w.What, gone, e)
 	}
 	if r := f.firstLeft(w.Ranks, false, w.Arrived); r >= 0 {
 		return fmt.Errorf("%s: %w", w.What, f.leftWait(r, w.Tag>>28 == TagFence))

@@ -173,6 +173,7 @@ type Fabric struct {
 	othersFn     func(yield func(int) bool) // f.others, bound once
 	checkFn      func(r int) bool           // f.checkRank, bound once
 	scanErr      error                      // checkRank's finding; under mu
+	scanGone     int                        // checkRank: a rank whose connection ended before its note of a fence, or -1; under mu
 	scanLeft     int                        // checkRank: the rank that called Close first of those missed, or -1; under mu
 	scan         waitOp                     // the wait checkRank checks for; under mu
 	noticesOut   atomic.Int32               // failure notices being sent (propagate.go)
