@@ -141,15 +141,15 @@ func (q *qp) withHeldAnswers(bufs [][]byte) (_ [][]byte, ok bool) {
 		return bufs, false
 	}
 	defer q.rxMu.Unlock()
-	n := q.nresp
-	if n == 0 {
-		q.respHeld.Store(false)
-		return bufs, true
-	}
 	q.respMu.Lock()
 	queued := q.respQueued
 	behind := len(q.heldRecvs)
 	q.respMu.Unlock()
+	n := q.nresp
+	if n == 0 {
+		q.respHeld.Store(false)
+		return bufs, queued == 0
+	}
 	if queued > 0 {
 		return bufs, false
 	}

@@ -64,13 +64,22 @@ const respBatch = 32
 // queued before them; otherwise they (or what a partial write left) go to
 // the writer goroutine, so that the receive engine never blocks on a write
 // (two peers blocked writing to each other would deadlock).
+//
+// Answers held for a request (held.go) count as held until they are
+// written or counted as queued (respQueued): a request write that finds
+// neither (withHeldAnswers) goes at once, and, had respHeld been cleared
+// first, could have passed them while this goroutine waited for the
+// write lock it holds. The receive completions behind them are out
+// already, so the request may come of them (the get ping-pong's read of
+// the window the answer fills).
 func (q *qp) sendResponses() {
-	if q.respHeld.Load() {
-		q.respHeld.Store(false)
-		q.sends.Add(1)
-	}
+	held := q.respHeld.Load()
 	n := q.nresp
 	if n == 0 {
+		if held {
+			q.respHeld.Store(false)
+			q.sends.Add(1)
+		}
 		return
 	}
 	q.nresp, q.batchReads, q.batchData = 0, 0, 0
@@ -92,6 +101,10 @@ func (q *qp) sendResponses() {
 		if q.resps[i].bringsData() {
 			q.readsQueued++
 		}
+	}
+	if held {
+		q.respHeld.Store(false) // written, or counted as queued
+		q.sends.Add(1)
 	}
 	if q.readsQueued == 0 && len(q.heldRecvs) > 0 {
 		// The batch's read responses are on the wire: the receives held
