@@ -304,7 +304,9 @@ func (f *Fabric) doneAtFirstLook(cond func() bool) bool {
 // a rank that left in order (ErrPeerGone) ends it only if its notification
 // has not arrived, and is named only if no rank failed, since ranks may
 // leave because of another's failure (in a fence, where such a rank counts
-// as failed, too: f.scanGone). A rank not connected yet is
+// as failed, too: f.scanGone). A leave barrier's wait (LeaveBarrier)
+// needs nothing but the notes: a rank whose leave note came has left,
+// failed or not. A rank not connected yet is
 // connected in the background (kick), so that a wait for a rank that
 // failed before it ever reached this one fails at once too. f.mu held.
 func (f *Fabric) checkRank(r int) bool {
@@ -313,11 +315,19 @@ func (f *Fabric) checkRank(r int) bool {
 		f.kick(r)
 		return true
 	}
+	leaveWait := f.scan.ntags > 0 && isLeave(f.scan.tags[0])
 	e := p.err.Load()
+	if e != nil && leaveWait && f.delivered(r) {
+		// It has left: whatever it failed on, it no longer reaches this
+		// rank, and the others this rank waits for leave as well, or fail
+		// (a leave barrier that ended on it at once used to close this
+		// rank's connections under ranks still in a fence with it).
+		return true
+	}
 	if e == nil {
 		// It called Close before its note (leaving.go)? Named after the
 		// scan if no rank failed, and of such ranks the first that left.
-		if o := f.left(r, f.scan.ntags > 0 && isLeave(f.scan.tags[0])); o != 0 && !f.delivered(r) &&
+		if o := f.left(r, leaveWait); o != 0 && !f.delivered(r) &&
 			(f.scanLeft < 0 || o < f.leaving[f.scanLeft].Load()) {
 			f.scanLeft = r
 		}
