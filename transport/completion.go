@@ -306,9 +306,9 @@ func (f *Fabric) doneAtFirstLook(cond func() bool) bool {
 // leave because of another's failure (in a fence, where such a rank counts
 // as failed, too: f.scanGone). A leave barrier's wait (LeaveBarrier)
 // needs nothing but the notes: a rank whose leave note came has left,
-// failed or not. A rank not connected yet is
-// connected in the background (kick), so that a wait for a rank that
-// failed before it ever reached this one fails at once too. f.mu held.
+// failed or not. A rank not connected yet is connected in the background
+// (kick), so that a wait for a rank that failed before it ever reached
+// this one fails at once too. f.mu held.
 func (f *Fabric) checkRank(r int) bool {
 	p := f.peers[r].Load()
 	if p == nil {
