@@ -45,6 +45,7 @@ func TestCPUUnits(t *testing.T) {
 // meet. Dealt round, with --oversubscribe, ranks share a thread and are
 // told so; without it the job does not start.
 func TestBindHWThread(t *testing.T) {
+	unsetGOMAXPROCS(t)
 	n := min(runtime.NumCPU(), 4)
 	stdout, stderr, code := rmarun(t, nil, "-n", strconv.Itoa(n), "-bind-to", "hwthread",
 		childBin, "cpus", "getenv=RMAGO_BOUND", "init", "barrier", "close")
@@ -87,6 +88,7 @@ func TestBindHWThread(t *testing.T) {
 // A remote host's agent binds its own ranks, dealing its own CPUs: the
 // first rank of each host gets the host's first core.
 func TestBindRemote(t *testing.T) {
+	unsetGOMAXPROCS(t)
 	stdout, stderr, code := rmarun(t, nil, "-H", "localhost:1,127.0.0.2:1", "--launcher-exec", fakeSSH(t),
 		"-bind-to", "core", childBin, "cpus", "getenv=RMAGO_BOUND", "init", "barrier", "close")
 	if code != 0 {
@@ -101,4 +103,11 @@ func TestBindRemote(t *testing.T) {
 			t.Errorf("rank %d: %q, want the first core (%q) to itself", rank, lines[:2], ranks[0][0])
 		}
 	}
+}
+
+// unsetGOMAXPROCS empties the GOMAXPROCS variable for the test's ranks: a
+// bound rank sizes its runtime by its unit unless the user set it
+// (launch.CoreShare), as the tests' own runs may (GOMAXPROCS=8 go test).
+func unsetGOMAXPROCS(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -18,6 +19,8 @@ func TestNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	resetNotify()
+	t.Cleanup(resetNotify) // w is closed below
 	t.Setenv(EnvNotifyFD, strconv.Itoa(int(w.Fd())))
 	NotifyStart()
 	if _, ok := os.LookupEnv(EnvNotifyFD); ok {
@@ -35,4 +38,13 @@ func TestNotify(t *testing.T) {
 	if want := "iijp12\np3\n"; err != nil || string(got) != want {
 		t.Errorf("read %q, %v; want %q", got, err, want)
 	}
+}
+
+// resetNotify forgets the pipe found and what was written on it, as in a
+// new process, so that TestNotify runs again with -count.
+func resetNotify() {
+	notify.mu.Lock()
+	defer notify.mu.Unlock()
+	notify.once = sync.Once{}
+	notify.f, notify.joined, notify.lost = nil, false, nil
 }
